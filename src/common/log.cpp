@@ -1,0 +1,40 @@
+#include "common/log.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace uroce::log {
+namespace {
+
+Level from_env() noexcept {
+  const char* v = std::getenv("UROCE_LOG");
+  if (!v) return Level::off;
+  static constexpr const char* names[] = {"off", "error", "warn", "info", "debug", "trace"};
+  for (int i = 0; i < 6; ++i)
+    if (std::strcmp(v, names[i]) == 0) return static_cast<Level>(i);
+  return Level::warn;
+}
+
+std::atomic<Level>& current() noexcept {
+  static std::atomic<Level> l{from_env()};
+  return l;
+}
+
+}  // namespace
+
+Level level() noexcept { return current().load(std::memory_order_relaxed); }
+void set_level(Level l) noexcept { current().store(l, std::memory_order_relaxed); }
+
+void write(Level l, const char* fmt, ...) noexcept {
+  static constexpr const char* tags[] = {"", "E", "W", "I", "D", "T"};
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "uroce[%s] %s\n", tags[static_cast<int>(l)], buf);
+}
+
+}  // namespace uroce::log

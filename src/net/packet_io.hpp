@@ -1,0 +1,78 @@
+// The packet I/O interface the transport sits on: send a batch, receive a
+// batch, wait.  Implementations: UdpIo (RoCEv2 over UDP sockets), FakeIo (an
+// in-memory wire for protocol tests); a shared-memory one can follow without
+// the transport noticing.  A fault-injecting decorator wraps any of them.
+//
+// Threading: an instance is used by one thread at a time (the NIC's engine
+// lock serialises callers); wait_fd() may be polled by any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "common/ip_addr.hpp"
+#include "common/status.hpp"
+
+namespace uroce::net {
+
+// One datagram to send: the UDP payload is head | body | tail, gathered
+// without copying.  head holds the BTH and extension headers, body points at
+// application memory (may be empty), tail holds pad + ICRC.
+struct TxPacket {
+  Endpoint dst;
+  std::span<const uint8_t> head;
+  std::span<const uint8_t> body;
+  std::span<const uint8_t> tail;
+  uint8_t tos = 0;  // IP TOS / traffic class (DSCP + ECN)
+
+  size_t size() const noexcept { return head.size() + body.size() + tail.size(); }
+};
+
+// One received datagram.  `data` points into a buffer owned by the PacketIo
+// and stays valid until the next recv_batch() call.
+struct RxPacket {
+  std::span<uint8_t> data;  // the UDP payload
+  Endpoint src;             // sender's address and UDP port
+  IpAddr dst;               // the local address it was sent to
+  uint8_t tos = 0;          // IP TOS / traffic class as received (ECN bits)
+  uint8_t ttl = 0;          // IPv4 TTL / IPv6 hop limit as received
+  bool truncated = false;   // larger than the receive buffer (to be dropped)
+};
+
+struct IoStats {
+  uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0;
+  uint64_t rx_packets = 0, rx_bytes = 0, rx_truncated = 0;
+};
+
+class PacketIo {
+ public:
+  virtual ~PacketIo() = default;
+
+  // The local endpoint packets are sent from and received on.
+  virtual Endpoint local() const noexcept = 0;
+
+  // What the ICRC of a packet sent by this PacketIo covers besides the
+  // payload: the IPv4 Identification the kernel will put in the header
+  // (0 for UdpIo: unconnected socket with DF set) and the DF flag.
+  virtual uint16_t tx_ipv4_id() const noexcept { return 0; }
+  virtual uint16_t tx_ipv4_frag() const noexcept { return 0x4000; }
+
+  // Sends the packets in order.  Returns how many were handed to the network;
+  // a packet the network refused is counted in stats().tx_errors and skipped
+  // (the transport's reliability treats it as lost).
+  virtual size_t send_batch(std::span<const TxPacket> pkts) noexcept = 0;
+
+  // Receives up to out.size() packets without blocking; returns the count.
+  virtual size_t recv_batch(std::span<RxPacket> out) noexcept = 0;
+
+  // A file descriptor that polls readable while packets wait to be received.
+  virtual int wait_fd() const noexcept = 0;
+
+  // Largest UDP payload this I/O can carry.
+  virtual size_t max_payload() const noexcept = 0;
+
+  virtual IoStats stats() const noexcept = 0;
+};
+
+}  // namespace uroce::net

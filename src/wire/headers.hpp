@@ -1,0 +1,101 @@
+// RoCEv2 transport headers as plain values (IBA vol. 1 sec. 9.2-9.5).
+// Encoding and decoding live in packet.hpp and are driven by the opcode table.
+#pragma once
+
+#include <cstdint>
+
+#include "wire/opcode.hpp"
+
+namespace uroce::wire {
+
+//  Base Transport Header, 12 bytes
+//   0                   1                   2                   3
+//   0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |    OpCode     |S|M|Pad| TVer  |        Partition Key          |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |F|B|  Resv6    |           Destination QP                      |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |A|   Resv7     |           Packet Sequence Number              |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+struct Bth {
+  uint8_t opcode = 0;
+  bool solicited = false;   // S
+  bool mig_req = false;     // M
+  uint8_t pad = 0;          // 0..3 bytes of pad after the payload
+  uint8_t tver = 0;         // must be 0
+  uint16_t pkey = 0xffff;
+  bool fecn = false;        // F (RoCEv2: not covered by the ICRC)
+  bool becn = false;        // B
+  uint32_t dest_qp = 0;     // 24 bits
+  bool ack_req = false;     // A
+  uint32_t psn = 0;         // 24 bits
+};
+
+//  RDMA Extended Transport Header, 16 bytes: VA (64) | R_Key (32) | DMA length (32)
+struct Reth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+};
+
+//  ACK Extended Transport Header, 4 bytes: Syndrome (8) | MSN (24)
+//  Syndrome: 0b0cc nnnnn.  cc=00 ACK (n = credit count), 01 RNR NAK (n = timer),
+//  11 NAK (n = code), 10 reserved.
+struct Aeth {
+  uint8_t syndrome = 0;
+  uint32_t msn = 0;  // 24 bits
+};
+
+enum class AckType : uint8_t { ack = 0, rnr_nak = 1, reserved = 2, nak = 3 };
+enum class NakCode : uint8_t {
+  psn_sequence_error = 0,
+  invalid_request = 1,
+  remote_access_error = 2,
+  remote_operational_error = 3,
+  invalid_rd_request = 4,
+};
+inline constexpr AckType aeth_type(uint8_t syndrome) noexcept { return AckType((syndrome >> 5) & 3); }
+inline constexpr uint8_t aeth_value(uint8_t syndrome) noexcept { return syndrome & 0x1f; }
+inline constexpr uint8_t make_syndrome(AckType t, uint8_t v) noexcept {
+  return uint8_t((uint8_t(t) << 5) | (v & 0x1f));
+}
+// Credit count 0x1f means "invalid credit count" (no end-to-end flow control).
+inline constexpr uint8_t kCreditsInvalid = 0x1f;
+
+//  Atomic Extended Transport Header, 28 bytes:
+//  VA (64) | R_Key (32) | Swap/Add data (64) | Compare data (64)
+struct AtomicEth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint64_t swap_add = 0;
+  uint64_t compare = 0;
+};
+
+//  Atomic Acknowledge Extended Transport Header, 8 bytes: original remote data
+struct AtomicAckEth {
+  uint64_t orig = 0;
+};
+
+//  Datagram Extended Transport Header, 8 bytes: Q_Key (32) | Resv8 | Source QP (24)
+struct Deth {
+  uint32_t qkey = 0;
+  uint32_t src_qp = 0;  // 24 bits
+};
+
+// All headers of one packet.  Which ones are meaningful is given by the
+// opcode's flags; the others are ignored by the encoder.
+struct Headers {
+  Bth bth;
+  uint32_t xrc_srqn = 0;  // XRCETH, 24 bits
+  Reth reth;
+  Aeth aeth;
+  AtomicEth atomic;
+  AtomicAckEth atomic_ack;
+  uint32_t imm = 0;       // ImmDt exactly as ibv_send_wr/ibv_wc hold it: the four
+                          // wire bytes in memory order (a __be32), copied, never swapped
+  uint32_t ieth = 0;      // IETH: the R_Key to invalidate
+  Deth deth;
+};
+
+}  // namespace uroce::wire
