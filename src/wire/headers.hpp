@@ -1,5 +1,8 @@
 // RoCEv2 transport headers as plain values (IBA vol. 1 sec. 9.2-9.5).
-// Encoding and decoding live in packet.hpp and are driven by the opcode table.
+// Encoding and decoding live in packet.hpp and are driven by the opcode table;
+// these structs are host-order values, not wire images.  All multi-byte
+// fields are big-endian on the wire; exceptions: the ICRC (LSB first, see
+// icrc.hpp) and the ImmDt, which is carried as four opaque bytes.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +10,10 @@
 #include "wire/opcode.hpp"
 
 namespace uroce::wire {
+
+// 24-bit fields: QP numbers, PSNs, MSNs, XRC SRQ numbers.
+inline constexpr uint32_t kQpnMask = 0x00ffffff;
+inline constexpr uint32_t kPsnMask = 0x00ffffff;
 
 //  Base Transport Header, 12 bytes
 //   0                   1                   2                   3
@@ -30,21 +37,44 @@ struct Bth {
   uint32_t dest_qp = 0;     // 24 bits
   bool ack_req = false;     // A
   uint32_t psn = 0;         // 24 bits
+
+  friend bool operator==(const Bth&, const Bth&) = default;
 };
 
-//  RDMA Extended Transport Header, 16 bytes: VA (64) | R_Key (32) | DMA length (32)
+//  XRC Extended Transport Header (IBA 9.3.8), 4 bytes, right after the BTH of
+//  every XRC request; stored in Headers::xrc_srqn.
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |    Resv8      |             XRC SRQ number                    |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+
+//  RDMA Extended Transport Header (IBA 9.3.3), 16 bytes
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  Virtual Address (63..32)                     |
+//  |                  Virtual Address (31..0)                      |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  R_Key                                        |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  DMA Length                                   |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 struct Reth {
   uint64_t va = 0;
   uint32_t rkey = 0;
   uint32_t length = 0;
+
+  friend bool operator==(const Reth&, const Reth&) = default;
 };
 
-//  ACK Extended Transport Header, 4 bytes: Syndrome (8) | MSN (24)
+//  ACK Extended Transport Header (IBA 9.3.5), 4 bytes
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |   Syndrome    |         Message Sequence Number               |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //  Syndrome: 0b0cc nnnnn.  cc=00 ACK (n = credit count), 01 RNR NAK (n = timer),
 //  11 NAK (n = code), 10 reserved.
 struct Aeth {
   uint8_t syndrome = 0;
   uint32_t msn = 0;  // 24 bits
+
+  friend bool operator==(const Aeth&, const Aeth&) = default;
 };
 
 enum class AckType : uint8_t { ack = 0, rnr_nak = 1, reserved = 2, nak = 3 };
@@ -63,25 +93,60 @@ inline constexpr uint8_t make_syndrome(AckType t, uint8_t v) noexcept {
 // Credit count 0x1f means "invalid credit count" (no end-to-end flow control).
 inline constexpr uint8_t kCreditsInvalid = 0x1f;
 
-//  Atomic Extended Transport Header, 28 bytes:
-//  VA (64) | R_Key (32) | Swap/Add data (64) | Compare data (64)
+//  Atomic Extended Transport Header (IBA 9.3.4), 28 bytes
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  Virtual Address (64)                         |
+//  |                                                               |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  R_Key                                        |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  Swap (or Add) Data (64)                      |
+//  |                                                               |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  Compare Data (64)                            |
+//  |                                                               |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 struct AtomicEth {
   uint64_t va = 0;
   uint32_t rkey = 0;
   uint64_t swap_add = 0;
   uint64_t compare = 0;
+
+  friend bool operator==(const AtomicEth&, const AtomicEth&) = default;
 };
 
-//  Atomic Acknowledge Extended Transport Header, 8 bytes: original remote data
+//  Atomic Acknowledge Extended Transport Header (IBA 9.3.6), 8 bytes: the
+//  original remote data, after the AETH of an ATOMIC_ACK
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  Original Remote Data (64)                    |
+//  |                                                               |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 struct AtomicAckEth {
   uint64_t orig = 0;
+
+  friend bool operator==(const AtomicAckEth&, const AtomicAckEth&) = default;
 };
 
-//  Datagram Extended Transport Header, 8 bytes: Q_Key (32) | Resv8 | Source QP (24)
+//  Datagram Extended Transport Header (IBA 9.3.2), 8 bytes
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |                  Queue Key                                    |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |    Resv8      |             Source QP                         |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 struct Deth {
   uint32_t qkey = 0;
   uint32_t src_qp = 0;  // 24 bits
+
+  friend bool operator==(const Deth&, const Deth&) = default;
 };
+
+//  Immediate Data (IBA 9.3.7) and Invalidate ETH (IBA 9.3.9), 4 bytes each
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//  |            Immediate Data  /  R_Key to invalidate             |
+//  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+//  CNP (annex A17.9.3): BTH (opcode 0x81, DestQP = the QP to throttle,
+//  BECN set by ConnectX) + 16 reserved bytes (sent as zero, ignored).
 
 // All headers of one packet.  Which ones are meaningful is given by the
 // opcode's flags; the others are ignored by the encoder.
@@ -94,8 +159,10 @@ struct Headers {
   AtomicAckEth atomic_ack;
   uint32_t imm = 0;       // ImmDt exactly as ibv_send_wr/ibv_wc hold it: the four
                           // wire bytes in memory order (a __be32), copied, never swapped
-  uint32_t ieth = 0;      // IETH: the R_Key to invalidate
+  uint32_t ieth = 0;      // IETH: the R_Key to invalidate (host order)
   Deth deth;
+
+  friend bool operator==(const Headers&, const Headers&) = default;
 };
 
 }  // namespace uroce::wire

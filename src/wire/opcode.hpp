@@ -63,17 +63,19 @@ inline constexpr uint32_t kSend = 1u << 13;
 inline constexpr uint32_t kWrite = 1u << 14;
 inline constexpr uint32_t kRead = 1u << 15;      // READ request or READ response
 inline constexpr uint32_t kAtomic = 1u << 16;    // atomic request or atomic ack
-inline constexpr uint32_t kAck = 1u << 17;       // plain ACK/NAK
-// position in the message
+inline constexpr uint32_t kAck = 1u << 17;       // plain ACK/NAK (not the atomic ACK)
+// position in the message; single-packet messages (READ request, atomics,
+// ACK, atomic ACK, UD sends) are kOnly.  CNP has no position.
 inline constexpr uint32_t kFirst = 1u << 18;
 inline constexpr uint32_t kMiddle = 1u << 19;
 inline constexpr uint32_t kLast = 1u << 20;
 inline constexpr uint32_t kOnly = kFirst | kLast;
-// the message completion at the responder consumes/writes the receive WQE
-inline constexpr uint32_t kConsumesRecv = 1u << 21;  // SEND_* and WRITE_*_IMM
+// the message completion at the responder consumes a receive WQE:
+// SEND_LAST*, SEND_ONLY*, WRITE_LAST_IMM, WRITE_ONLY_IMM and the UD sends
+inline constexpr uint32_t kConsumesRecv = 1u << 21;
 }  // namespace op
 
-// Header lengths in bytes (IBA 9.2-9.5; XRCETH 9.3.8).
+// Header lengths in bytes (IBA 9.2-9.5; XRCETH 9.3.8; CNP annex A17.9.3).
 inline constexpr unsigned kBthLen = 12;
 inline constexpr unsigned kXrcethLen = 4;
 inline constexpr unsigned kRethLen = 16;
@@ -85,14 +87,15 @@ inline constexpr unsigned kIethLen = 4;
 inline constexpr unsigned kDethLen = 8;
 inline constexpr unsigned kCnpPadLen = 16;
 inline constexpr unsigned kIcrcLen = 4;
-// The longest BTH + extension headers of any opcode (XRC WRITE_ONLY_IMM).
-inline constexpr unsigned kMaxHeaderLen = kBthLen + kXrcethLen + kRethLen + kImmLen;
+// The longest BTH + extension headers of any opcode: XRC COMPARE_SWAP and
+// FETCH_ADD (BTH + XRCETH + AtomicETH = 44).  Checked against the table below.
+inline constexpr unsigned kMaxHeaderLen = kBthLen + kXrcethLen + kAtomicEthLen;
 
 struct OpcodeInfo {
   const char* name;     // "RC_SEND_FIRST"; nullptr for an opcode we do not know
   uint32_t flags;       // op::k*
   Service service;
-  uint8_t header_len;   // BTH + all extension headers
+  uint8_t header_len;   // BTH + all extension headers (for CNP: + 16 reserved bytes)
   // offsets from the start of the BTH; 0 = header absent
   uint8_t xrceth, reth, aeth, atomic_eth, atomic_ack_eth, imm, ieth, deth;
 
@@ -100,9 +103,123 @@ struct OpcodeInfo {
   constexpr bool has(uint32_t f) const noexcept { return (flags & f) == f; }
 };
 
+namespace detail {
+
+// Lays the extension headers out after the BTH in the order of IBA 9.2:
+// XRCETH, DETH | RETH | AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+constexpr OpcodeInfo make_info(const char* name, Service service, uint32_t flags) noexcept {
+  OpcodeInfo i{name, flags | op::kValid, service, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned off = kBthLen;
+  auto place = [&](uint32_t f, uint8_t& field, unsigned len) {
+    if (flags & f) {
+      field = uint8_t(off);
+      off += len;
+    }
+  };
+  place(op::kXrceth, i.xrceth, kXrcethLen);
+  place(op::kDeth, i.deth, kDethLen);
+  place(op::kReth, i.reth, kRethLen);
+  place(op::kAtomicEth, i.atomic_eth, kAtomicEthLen);
+  place(op::kAeth, i.aeth, kAethLen);
+  place(op::kAtomicAckEth, i.atomic_ack_eth, kAtomicAckEthLen);
+  place(op::kImm, i.imm, kImmLen);
+  place(op::kIeth, i.ieth, kIethLen);
+  if (flags & op::kCnpPad) off += kCnpPadLen;
+  i.header_len = uint8_t(off);
+  return i;
+}
+
+// One row per operation (low 5 bits of the opcode) of the connected services;
+// a null name means the service does not have that operation (IBA table 35).
+struct OpRow {
+  uint8_t low;
+  uint32_t flags;
+  const char* rc;
+  const char* uc;
+  const char* xrc;
+};
+
+inline constexpr uint32_t kSendReq = op::kRequest | op::kSend | op::kPayload;
+inline constexpr uint32_t kWriteReq = op::kRequest | op::kWrite | op::kPayload;
+inline constexpr uint32_t kReadResp = op::kResponse | op::kRead | op::kPayload;
+inline constexpr uint32_t kRecv = op::kConsumesRecv;
+
+inline constexpr OpRow kConnectedOps[] = {
+    {0x00, kSendReq | op::kFirst, "RC_SEND_FIRST", "UC_SEND_FIRST", "XRC_SEND_FIRST"},
+    {0x01, kSendReq | op::kMiddle, "RC_SEND_MIDDLE", "UC_SEND_MIDDLE", "XRC_SEND_MIDDLE"},
+    {0x02, kSendReq | op::kLast | kRecv, "RC_SEND_LAST", "UC_SEND_LAST", "XRC_SEND_LAST"},
+    {0x03, kSendReq | op::kLast | kRecv | op::kImm, "RC_SEND_LAST_IMM", "UC_SEND_LAST_IMM",
+     "XRC_SEND_LAST_IMM"},
+    {0x04, kSendReq | op::kOnly | kRecv, "RC_SEND_ONLY", "UC_SEND_ONLY", "XRC_SEND_ONLY"},
+    {0x05, kSendReq | op::kOnly | kRecv | op::kImm, "RC_SEND_ONLY_IMM", "UC_SEND_ONLY_IMM",
+     "XRC_SEND_ONLY_IMM"},
+    {0x06, kWriteReq | op::kFirst | op::kReth, "RC_WRITE_FIRST", "UC_WRITE_FIRST",
+     "XRC_WRITE_FIRST"},
+    {0x07, kWriteReq | op::kMiddle, "RC_WRITE_MIDDLE", "UC_WRITE_MIDDLE", "XRC_WRITE_MIDDLE"},
+    {0x08, kWriteReq | op::kLast, "RC_WRITE_LAST", "UC_WRITE_LAST", "XRC_WRITE_LAST"},
+    {0x09, kWriteReq | op::kLast | kRecv | op::kImm, "RC_WRITE_LAST_IMM", "UC_WRITE_LAST_IMM",
+     "XRC_WRITE_LAST_IMM"},
+    {0x0a, kWriteReq | op::kOnly | op::kReth, "RC_WRITE_ONLY", "UC_WRITE_ONLY", "XRC_WRITE_ONLY"},
+    {0x0b, kWriteReq | op::kOnly | kRecv | op::kReth | op::kImm, "RC_WRITE_ONLY_IMM",
+     "UC_WRITE_ONLY_IMM", "XRC_WRITE_ONLY_IMM"},
+    {0x0c, op::kRequest | op::kRead | op::kOnly | op::kReth, "RC_READ_REQUEST", nullptr,
+     "XRC_READ_REQUEST"},
+    {0x0d, kReadResp | op::kFirst | op::kAeth, "RC_READ_RESPONSE_FIRST", nullptr,
+     "XRC_READ_RESPONSE_FIRST"},
+    {0x0e, kReadResp | op::kMiddle, "RC_READ_RESPONSE_MIDDLE", nullptr,
+     "XRC_READ_RESPONSE_MIDDLE"},
+    {0x0f, kReadResp | op::kLast | op::kAeth, "RC_READ_RESPONSE_LAST", nullptr,
+     "XRC_READ_RESPONSE_LAST"},
+    {0x10, kReadResp | op::kOnly | op::kAeth, "RC_READ_RESPONSE_ONLY", nullptr,
+     "XRC_READ_RESPONSE_ONLY"},
+    {0x11, op::kResponse | op::kAck | op::kOnly | op::kAeth, "RC_ACK", nullptr, "XRC_ACK"},
+    {0x12, op::kResponse | op::kAtomic | op::kOnly | op::kAeth | op::kAtomicAckEth,
+     "RC_ATOMIC_ACK", nullptr, "XRC_ATOMIC_ACK"},
+    {0x13, op::kRequest | op::kAtomic | op::kOnly | op::kAtomicEth, "RC_COMPARE_SWAP", nullptr,
+     "XRC_COMPARE_SWAP"},
+    {0x14, op::kRequest | op::kAtomic | op::kOnly | op::kAtomicEth, "RC_FETCH_ADD", nullptr,
+     "XRC_FETCH_ADD"},
+    {0x16, kSendReq | op::kLast | kRecv | op::kIeth, "RC_SEND_LAST_INV", nullptr,
+     "XRC_SEND_LAST_INV"},
+    {0x17, kSendReq | op::kOnly | kRecv | op::kIeth, "RC_SEND_ONLY_INV", nullptr,
+     "XRC_SEND_ONLY_INV"},
+};
+
+constexpr std::array<OpcodeInfo, 256> make_opcode_table() noexcept {
+  std::array<OpcodeInfo, 256> t{};
+  for (const OpRow& r : kConnectedOps) {
+    if (r.rc) t[0x00 | r.low] = make_info(r.rc, Service::rc, r.flags);
+    if (r.uc) t[0x20 | r.low] = make_info(r.uc, Service::uc, r.flags);
+    // XRC requests name the target SRQ in an XRCETH; responses go back to the
+    // initiator QP and carry none (IBA 9.3.8).
+    const uint32_t xrc = r.flags & op::kRequest ? op::kXrceth : 0;
+    if (r.xrc) t[0xa0 | r.low] = make_info(r.xrc, Service::xrc, r.flags | xrc);
+  }
+  const uint32_t ud = kSendReq | op::kOnly | kRecv | op::kDeth;
+  t[0x64] = make_info("UD_SEND_ONLY", Service::ud, ud);
+  t[0x65] = make_info("UD_SEND_ONLY_IMM", Service::ud, ud | op::kImm);
+  t[0x81] = make_info("CNP", Service::cnp, op::kCnpPad);
+  return t;
+}
+
+}  // namespace detail
+
 // The table, indexed by opcode byte.  Unknown opcodes have flags == 0.
-const std::array<OpcodeInfo, 256>& opcode_table() noexcept;
-inline const OpcodeInfo& info(uint8_t opcode) noexcept { return opcode_table()[opcode]; }
-inline const OpcodeInfo& info(Opcode opcode) noexcept { return opcode_table()[uint8_t(opcode)]; }
+inline constexpr std::array<OpcodeInfo, 256> kOpcodeTable = detail::make_opcode_table();
+
+constexpr const std::array<OpcodeInfo, 256>& opcode_table() noexcept { return kOpcodeTable; }
+constexpr const OpcodeInfo& info(uint8_t opcode) noexcept { return kOpcodeTable[opcode]; }
+constexpr const OpcodeInfo& info(Opcode opcode) noexcept { return kOpcodeTable[uint8_t(opcode)]; }
+
+namespace detail {
+constexpr unsigned max_header_len() noexcept {
+  unsigned m = 0;
+  for (const OpcodeInfo& i : kOpcodeTable) m = i.header_len > m ? i.header_len : m;
+  return m;
+}
+}  // namespace detail
+static_assert(detail::max_header_len() == kMaxHeaderLen);
+static_assert(info(Opcode::xrc_write_only_imm).header_len == 36);
+static_assert(info(Opcode::cnp).header_len == kBthLen + kCnpPadLen);
 
 }  // namespace uroce::wire
