@@ -1,0 +1,208 @@
+// Completer: the requester's receive side (IBA 9.7.5.1.x, 9.7.5.2).
+// ACKs retire WQEs in order; NAKs rewind, wait (RNR) or fail the WQE; READ
+// responses and atomic ACKs deliver data.  A response for a PSN that is not
+// outstanding is stale (a duplicate) or hostile: counted and ignored.
+#include <cstring>
+
+#include "common/log.hpp"
+#include "transport/protocol.hpp"
+#include "transport/requester.hpp"
+#include "transport/sge.hpp"
+#include "wire/opcode.hpp"
+
+namespace uroce::transport {
+namespace {
+
+using verbs::WcStatus;
+
+// Moves una forward to `una` and, if transmission had been rewound behind
+// it, forward as well (the peer got those packets after all).
+void advance_una(Nic& nic, verbs::Qp& qp, uint32_t una) noexcept {
+  RequesterState& r = qp.req_;
+  if (!psn_before(r.una_psn, una)) return;
+  r.una_psn = una;
+  r.retry_left = qp.attr_.retry_cnt;
+  if (qp.attr_.rnr_retry != 7) r.rnr_left = qp.attr_.rnr_retry;
+  r.deadline = nic.now() + retransmit_interval(qp.attr_.timeout);
+  if (r.una_psn == r.next_psn) r.timer_armed = false;
+  if (psn_before(r.send_psn, una)) {
+    uint32_t idx;
+    if (find_wqe(qp, una, idx)) {
+      go_back(nic, qp, una);
+    } else {  // everything assigned is acknowledged
+      uint32_t i = qp.sq_.head();
+      while (i != qp.sq_.tail() && qp.sq_.at(i).assigned) ++i;
+      r.send_idx = i;
+      r.send_pkt = 0;
+      r.send_psn = r.next_psn;
+    }
+  }
+  nic.schedule(qp);  // the window moved
+}
+
+// Marks every WQE whose PSNs all lie at or before `last` as done, in order.
+// A READ or atomic without its response stops the walk: its response was
+// lost, so it is asked for again.  Returns false if it had to rewind.
+bool ack_through(Nic& nic, verbs::Qp& qp, uint32_t last) noexcept {
+  auto& sq = qp.sq_;
+  for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
+    SendWqe& w = sq.at(i);
+    if (!w.assigned || psn_diff(psn_add(w.first_psn, w.npkts - 1), last) > 0) break;
+    if (w.done) continue;
+    if (is_rd_atomic(w.opcode)) {
+      const uint32_t missing = psn_add(w.first_psn, w.read_done);
+      if (psn_before(qp.req_.una_psn, missing)) advance_una(nic, qp, missing);
+      ++nic.counters().req_read_gaps;
+      go_back(nic, qp, missing);
+      retire(nic, qp);
+      return false;
+    }
+    w.done = true;
+  }
+  retire(nic, qp);
+  advance_una(nic, qp, psn_add(last, 1));
+  return true;
+}
+
+void on_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t code) noexcept {
+  Counters& c = nic.counters();
+  // Everything before the NAKed PSN arrived.
+  if (!ack_through(nic, qp, psn_add(psn, kPsnMask)) || qp.state() == verbs::QpState::err) return;
+  WcStatus st;
+  switch (wire::NakCode(code)) {
+    case wire::NakCode::psn_sequence_error:
+      ++c.req_seq_naks_rcvd;
+      go_back(nic, qp, psn);
+      return;
+    case wire::NakCode::invalid_request: st = WcStatus::rem_inv_req_err; break;
+    case wire::NakCode::remote_access_error: st = WcStatus::rem_access_err; break;
+    case wire::NakCode::remote_operational_error: st = WcStatus::rem_op_err; break;
+    case wire::NakCode::invalid_rd_request: st = WcStatus::rem_inv_rd_req_err; break;
+    default: st = WcStatus::rem_op_err; break;
+  }
+  ++c.req_err_naks_rcvd;
+  uint32_t idx;
+  if (find_wqe(qp, psn, idx)) fail_wqe(nic, qp, idx, st);
+}
+
+void on_rnr_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t timer) noexcept {
+  RequesterState& r = qp.req_;
+  ++nic.counters().req_rnr_naks_rcvd;
+  if (!ack_through(nic, qp, psn_add(psn, kPsnMask)) || qp.state() == verbs::QpState::err) return;
+  uint32_t idx;
+  if (!find_wqe(qp, psn, idx)) return;
+  if (qp.attr_.rnr_retry != 7) {
+    if (r.rnr_left == 0) {
+      ++nic.counters().req_rnr_retry_exc;
+      fail_wqe(nic, qp, idx, WcStatus::rnr_retry_exc_err);
+      return;
+    }
+    --r.rnr_left;
+  }
+  go_back(nic, qp, psn);
+  r.rnr_wait = true;
+  r.rnr_until = nic.now() + rnr_delay(timer);
+  nic.arm_timer(qp, r.rnr_until);
+}
+
+void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  RequesterState& r = qp.req_;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  uint32_t idx;
+  if (!find_wqe(qp, psn, idx) || !is_read(qp.sq_.at(idx).opcode)) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  SendWqe& w = qp.sq_.at(idx);
+  const uint32_t expected = psn_add(w.first_psn, w.read_done);
+  if (w.done || psn != expected) {
+    if (psn_before(expected, psn) && !(r.gap_requested && r.gap_psn == expected)) {
+      // A response went missing: ask again from there rather than time out.
+      r.gap_requested = true;
+      r.gap_psn = expected;
+      ++nic.counters().req_read_gaps;
+      go_back(nic, qp, expected);
+    } else {
+      ++nic.counters().req_stale_responses;
+    }
+    return;
+  }
+  const uint32_t flags = pkt.info->flags;
+  const bool last_pkt = w.read_done + 1 == w.npkts;
+  const uint32_t off = w.read_done * qp.mtu_;
+  const uint32_t want = last_pkt ? w.length - off : qp.mtu_;
+  // A re-requested tail starts over with FIRST; the last packet must be LAST/ONLY.
+  if (bool(flags & wire::op::kLast) != last_pkt || pkt.payload.size() != want) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  // A READ response acknowledges everything before the READ.
+  if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)))
+    return;
+  if (!scatter(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, off, pkt.payload)) {
+    fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
+    return;
+  }
+  ++w.read_done;
+  r.gap_requested = false;
+  if (last_pkt) {
+    w.done = true;
+    --r.rd_atomic;
+    retire(nic, qp);
+  }
+  advance_una(nic, qp, psn_add(psn, 1));
+}
+
+void on_atomic_ack(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  const uint32_t psn = pkt.hdr.bth.psn;
+  uint32_t idx;
+  if (!find_wqe(qp, psn, idx) || !is_atomic(qp.sq_.at(idx).opcode) || qp.sq_.at(idx).done) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  SendWqe& w = qp.sq_.at(idx);
+  if (!ack_through(nic, qp, psn_add(psn, kPsnMask))) return;
+  const uint64_t orig = pkt.hdr.atomic_ack.orig;
+  uint8_t bytes[8];
+  std::memcpy(bytes, &orig, 8);
+  if (w.num_sge && !scatter(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, 0, {bytes, 8})) {
+    fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
+    return;
+  }
+  w.done = true;
+  --qp.req_.rd_atomic;
+  retire(nic, qp);
+  advance_una(nic, qp, psn_add(psn, 1));
+}
+
+}  // namespace
+
+void completer_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  RequesterState& r = qp.req_;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  // Only PSNs in [una, next) can be answered; anything else is a stale
+  // duplicate (or forged): ignored.  A NAK may name una itself.
+  if (psn_before(psn, r.una_psn) || !psn_before(psn, r.next_psn)) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  const uint32_t flags = pkt.info->flags;
+  if (flags & wire::op::kRead) {
+    on_read_response(nic, qp, pkt);
+  } else if (flags & wire::op::kAtomic) {
+    on_atomic_ack(nic, qp, pkt);
+  } else {
+    const uint8_t syn = pkt.hdr.aeth.syndrome;
+    switch (wire::aeth_type(syn)) {
+      case wire::AckType::ack:
+        ++nic.counters().req_acks_rcvd;
+        ack_through(nic, qp, psn);
+        break;
+      case wire::AckType::rnr_nak: on_rnr_nak(nic, qp, psn, wire::aeth_value(syn)); break;
+      case wire::AckType::nak: on_nak(nic, qp, psn, wire::aeth_value(syn)); break;
+      default: ++nic.counters().req_stale_responses; break;
+    }
+  }
+}
+
+}  // namespace uroce::transport

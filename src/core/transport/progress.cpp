@@ -1,0 +1,130 @@
+// Who runs the protocol, and when (see nic.hpp for the model).
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "common/log.hpp"
+#include "transport/nic.hpp"
+
+namespace uroce::transport {
+namespace {
+
+// How long the progress thread leaves the socket to an application thread
+// that drove progress recently.  Passive-side requests wait at most about
+// twice this when the application stops polling.
+constexpr int kAppTickMs = 1;
+// Packets the progress thread handles before it looks at timers again.
+constexpr int kThreadRxRounds = 64;
+
+}  // namespace
+
+void Nic::drive() noexcept {
+  app_activity_.fetch_add(1, std::memory_order_relaxed);
+  if (poll_rx() == 0) {
+    if (!lazy_.empty()) flush_acks();
+  } else if (!lazy_.empty()) {
+    // The ACKs left behind go with our next send or our next idle poll; if
+    // neither comes, the progress thread's next tick sends them.  Make sure
+    // it is ticking rather than asleep for good.
+    const int64_t tick = (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count();
+    if (thread_sleep_until_.load(std::memory_order_acquire) > tick) kick();
+  }
+}
+
+void Nic::wait_on(int fd, int timeout_ms) noexcept {
+  app_waiting_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard g(mu_);
+    drive();
+    if (!lazy_.empty()) flush_acks();
+  }
+  pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
+  if (::poll(pfd, 2, timeout_ms) > 0 && (pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN)) {
+    std::lock_guard g(mu_);
+    drive();
+  }
+  app_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void Nic::kick() noexcept {
+  if (kick_fd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t r = ::write(kick_fd_, &one, sizeof one);
+  (void)r;
+}
+
+void Nic::start_progress_thread() {
+  std::lock_guard g(mu_);
+  if (thread_.joinable()) return;
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = 0;
+  ::epoll_ctl(epfd_, EPOLL_CTL_ADD, kick_fd_, &ev);
+  ev.events = 0;  // armed by the thread when it takes the socket
+  ev.data.u32 = 1;
+  ::epoll_ctl(epfd_, EPOLL_CTL_ADD, io_->wait_fd(), &ev);
+  thread_ = std::thread([this] { progress_thread_main(); });
+}
+
+void Nic::progress_thread_main() noexcept {
+  uint64_t seen = app_activity_.load(std::memory_order_relaxed);
+  bool armed = false;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool app_active;
+    int64_t sleep_until;
+    {
+      std::lock_guard g(mu_);
+      refresh_now();
+      run_timers();
+      const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
+      app_active = cur != seen || app_waiting_.load(std::memory_order_acquire) > 0;
+      seen = cur;
+      if (!app_active) {
+        for (int i = 0; i < kThreadRxRounds && poll_rx() > 0; ++i) {
+        }
+        refresh_now();
+        run_timers();
+      }
+      // ACKs an application thread left behind wait at most one tick.
+      if (!lazy_.empty()) flush_acks();
+      sleep_until = app_active
+          ? (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count()
+          : INT64_MAX;
+      if (!timers_.empty())
+        sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
+      // Published under the lock: arm_timer() (also under it) kicks us if it
+      // needs us earlier than this.
+      thread_sleep_until_.store(sleep_until, std::memory_order_release);
+    }
+    if (!app_active && !armed) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLONESHOT;
+      ev.data.u32 = 1;
+      ::epoll_ctl(epfd_, EPOLL_CTL_MOD, io_->wait_fd(), &ev);
+      armed = true;
+    }
+    int timeout_ms = -1;
+    if (sleep_until != INT64_MAX) {
+      const int64_t ns = sleep_until - Clock::now().time_since_epoch().count();
+      timeout_ms = ns <= 0 ? 0 : int((ns + 999'999) / 1'000'000);
+    }
+    epoll_event evs[2];
+    const int n = ::epoll_wait(epfd_, evs, 2, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u32 == 0) {
+        uint64_t v;
+        ssize_t r = ::read(kick_fd_, &v, sizeof v);
+        (void)r;
+      } else {
+        armed = false;  // one-shot: disarmed until we take the socket again
+      }
+    }
+  }
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,39 @@
+// Entry points of the protocol engines, called by the NIC with its lock held.
+//   requester.cpp  - turns send WQEs into request packets (IBA 9.7.1-9.7.4)
+//   completer.cpp  - handles ACK/NAK/READ and atomic responses (IBA 9.7.5)
+//   retransmit.cpp - timers: retransmission, RNR waits (IBA 9.7.5.2.8, 9.7.6)
+//   responder.cpp  - executes RC/UC requests, queues responses (IBA 9.7.5.1, 9.7.6)
+//   ud.cpp         - UD receive (IBA 9.8)
+#pragma once
+
+#include <cstddef>
+
+#include "net/packet_io.hpp"
+#include "wire/packet.hpp"
+
+namespace uroce::verbs {
+class Qp;
+}
+
+namespace uroce::transport {
+
+class Nic;
+
+// Emits request packets of `qp` into the NIC's batch, at most `budget`
+// (decremented).  Returns true if it stopped on the budget with more to send.
+bool requester_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept;
+// Emits queued responses (READ data, atomic ACKs, then the coalesced ACK/NAK).
+bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept;
+// Sends only the coalesced ACK (lazy list).
+void responder_flush_ack(Nic& nic, verbs::Qp& qp) noexcept;
+
+void completer_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept;
+void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept;
+void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
+
+// A timer of `qp` fired (or may have): retransmit, end an RNR wait, re-arm.
+void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept;
+// Starts (or keeps) the retransmission timer after packets went out.
+void requester_arm_retransmit(Nic& nic, verbs::Qp& qp) noexcept;
+
+}  // namespace uroce::transport

@@ -1,0 +1,258 @@
+// Requester: turns send WQEs into request packets (IBA 9.7.1 - 9.7.4).
+//
+// PSNs are assigned per message when its WQE is first started; a message of
+// n packets (a READ: n response packets) takes n PSNs.  Transmission is
+// limited by the window of unacknowledged packets; READs are requested in
+// segments of at most a window so the responses never flood the receiver.
+// Going back (retransmission) replays the same PSNs from the WQE that holds
+// the oldest unacknowledged one.
+#include "common/log.hpp"
+#include "transport/protocol.hpp"
+#include "transport/requester.hpp"
+#include "transport/sge.hpp"
+#include "verbs/cq.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
+
+namespace uroce::transport {
+namespace {
+
+using verbs::WrOpcode;
+using wire::Opcode;
+
+uint32_t packets_for(uint32_t len, uint32_t mtu) noexcept { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
+
+// RC/UC opcode of a SEND or WRITE packet by its position in the message.
+uint8_t data_opcode(bool uc, WrOpcode op, bool first, bool last) noexcept {
+  const uint8_t base = uc ? 0x20 : 0x00;
+  const bool write = op == WrOpcode::rdma_write || op == WrOpcode::rdma_write_with_imm;
+  const bool imm = op == WrOpcode::rdma_write_with_imm || op == WrOpcode::send_with_imm;
+  const bool inv = op == WrOpcode::send_with_inv;
+  uint8_t o;
+  if (write) {
+    if (first && last) o = imm ? 0x0b : 0x0a;
+    else if (first) o = 0x06;
+    else if (last) o = imm ? 0x09 : 0x08;
+    else o = 0x07;
+  } else {
+    if (first && last) o = inv ? 0x17 : imm ? 0x05 : 0x04;
+    else if (first) o = 0x00;
+    else if (last) o = inv ? 0x16 : imm ? 0x03 : 0x02;
+    else o = 0x01;
+  }
+  return uint8_t(base | o);
+}
+
+wire::Headers base_headers(const verbs::Qp& qp, uint8_t opcode, uint32_t psn) noexcept {
+  wire::Headers h;
+  h.bth.opcode = opcode;
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.bth.psn = psn;
+  return h;
+}
+
+void ensure_room(Nic& nic) noexcept {
+  if (nic.tx().full()) nic.flush_tx();
+}
+
+// First transmission of a WQE: checks and PSN assignment.  False if it must
+// wait (fence, rd/atomic limit) or failed (QP now in ERR).
+bool start_wqe(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
+  RequesterState& r = qp.req_;
+  const bool rc = qp.type() == verbs::QpType::rc;
+  if (rc && (w.flags & verbs::send_flags::kFence) && r.rd_atomic > 0) return false;
+  if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr_.max_rd_atomic))
+    return false;
+  if (!w.is_inline) {
+    uint32_t need = is_rd_atomic(w.opcode) ? verbs::access::kLocalWrite : 0;
+    std::span<const verbs::Sge> sges(qp.sq_.sges(idx), w.num_sge);
+    if (!check_sges(qp.pd(), sges, need)) {
+      fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
+      return false;
+    }
+  }
+  w.first_psn = r.next_psn;
+  w.npkts = is_atomic(w.opcode) ? 1 : packets_for(w.length, qp.mtu_);
+  w.read_done = w.read_req = 0;
+  w.assigned = true;
+  r.next_psn = psn_add(r.next_psn, w.npkts);
+  r.send_pkt = 0;
+  r.send_psn = w.first_psn;
+  if (is_rd_atomic(w.opcode)) ++r.rd_atomic;
+  return true;
+}
+
+void count_packet(Nic& nic, verbs::Qp& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
+  ++nic.counters().req_packets;
+  RequesterState& r = qp.req_;
+  if (psn_before(psn, r.sent_hwm)) ++nic.counters().req_retransmits;
+  else r.sent_hwm = psn_add(psn, npsn);
+}
+
+// Emits the next packet of a SEND/WRITE (RC or UC).  Returns false when the
+// message is finished.
+bool emit_data(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
+  RequesterState& r = qp.req_;
+  const uint32_t mtu = qp.mtu_;
+  const uint32_t off = r.send_pkt * mtu;
+  const uint32_t len = std::min(mtu, w.length - off);
+  const bool first = r.send_pkt == 0;
+  const bool last = r.send_pkt + 1 == w.npkts;
+  const bool uc = qp.type() == verbs::QpType::uc;
+  wire::Headers h = base_headers(qp, data_opcode(uc, w.opcode, first, last), r.send_psn);
+  h.bth.solicited = last && (w.flags & verbs::send_flags::kSolicited);
+  const uint32_t ack_every = std::max<uint32_t>(1, window_pkts(qp) / 2);
+  h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0);
+  if (first && (w.opcode == WrOpcode::rdma_write || w.opcode == WrOpcode::rdma_write_with_imm)) {
+    h.reth.va = w.remote_addr;
+    h.reth.rkey = w.rkey;
+    h.reth.length = w.length;
+  }
+  h.imm = w.imm;
+  h.ieth = w.imm;
+  std::span<const uint8_t> body;
+  if (w.is_inline) {
+    body = {qp.sq_.inline_data(idx) + off, len};
+  } else {
+    bool ok;
+    body = gather(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, off, len, nic.tx().scratch(), ok);
+    if (!ok) {
+      fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
+      return false;
+    }
+  }
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, body, qp.attr_.ah_attr.traffic_class);
+  count_packet(nic, qp, r.send_psn);
+  r.send_psn = psn_add(r.send_psn, 1);
+  ++r.send_pkt;
+  return !last;
+}
+
+// READ requests go out in segments of at most a window of response packets;
+// the next segment is asked for once half of the previous one has arrived.
+bool read_segment_due(const verbs::Qp& qp, const SendWqe& w) noexcept {
+  return w.read_req - w.read_done <= window_pkts(qp) / 2;
+}
+
+// Emits the next READ request segment.  Returns true if the WQE still has
+// segments to request (it then holds the send queue: PSNs are in order).
+bool emit_read(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
+  RequesterState& r = qp.req_;
+  const uint32_t seg = window_pkts(qp);
+  const uint32_t n = std::min(seg, w.npkts - w.read_req);
+  const uint64_t off = uint64_t(w.read_req) * qp.mtu_;
+  wire::Headers h = base_headers(qp, uint8_t(Opcode::rc_read_request), psn_add(w.first_psn, w.read_req));
+  h.bth.ack_req = true;
+  h.reth.va = w.remote_addr + off;
+  h.reth.rkey = w.rkey;
+  h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu_, w.length - off));
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  count_packet(nic, qp, h.bth.psn, n);
+  w.read_req += n;
+  r.send_psn = psn_add(w.first_psn, w.read_req);
+  return w.read_req < w.npkts;
+}
+
+void emit_atomic(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
+  const bool cas = w.opcode == WrOpcode::atomic_cmp_and_swp;
+  wire::Headers h = base_headers(
+      qp, uint8_t(cas ? Opcode::rc_compare_swap : Opcode::rc_fetch_add), w.first_psn);
+  h.bth.ack_req = true;
+  h.atomic.va = w.remote_addr;
+  h.atomic.rkey = w.rkey;
+  h.atomic.swap_add = cas ? w.swap : w.compare_add;
+  h.atomic.compare = cas ? w.compare_add : 0;
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  count_packet(nic, qp, w.first_psn);
+  qp.req_.send_psn = psn_add(w.first_psn, 1);
+}
+
+void emit_ud(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
+  const bool imm = w.opcode == WrOpcode::send_with_imm;
+  wire::Headers h;
+  h.bth.opcode = uint8_t(imm ? Opcode::ud_send_only_imm : Opcode::ud_send_only);
+  h.bth.pkey = 0xffff;
+  h.bth.solicited = w.flags & verbs::send_flags::kSolicited;
+  h.bth.dest_qp = w.ud_qpn;
+  h.bth.psn = w.first_psn;
+  h.deth.qkey = (w.ud_qkey & 0x80000000u) ? qp.attr_.qkey : w.ud_qkey;
+  h.deth.src_qp = qp.qpn();
+  h.imm = w.imm;
+  std::span<const uint8_t> body;
+  if (w.is_inline) {
+    body = {qp.sq_.inline_data(idx), w.length};
+  } else {
+    bool ok;
+    body = gather(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, 0, w.length, nic.tx().scratch(), ok);
+    if (!ok) {
+      fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
+      return;
+    }
+  }
+  wire::IpUdpFields ip = qp.icrc_ip_;
+  ip.dst = w.ud_dst.addr;
+  ip.dst_port = w.ud_dst.port;
+  nic.tx().add(w.ud_dst, ip, h, body, w.ud_tclass);
+  ++nic.counters().req_packets;
+}
+
+}  // namespace
+
+bool requester_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
+  RequesterState& r = qp.req_;
+  const verbs::QpType type = qp.type();
+  const bool rc = type == verbs::QpType::rc;
+  bool sent = false;
+  bool more = false;
+  while (true) {
+    const verbs::QpState st = qp.state();
+    if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr_wait) break;
+    if (r.send_idx == qp.sq_.tail()) break;
+    if (budget == 0) {
+      more = true;
+      break;
+    }
+    const uint32_t idx = r.send_idx;
+    SendWqe& w = qp.sq_.at(idx);
+    if (!w.assigned) {
+      if (st == verbs::QpState::sqd) break;  // draining: no new messages
+      if (!start_wqe(nic, qp, w, idx)) break;
+    }
+    if (rc && psn_diff(r.send_psn, r.una_psn) >= int32_t(window_pkts(qp))) break;
+    if (is_read(w.opcode) && !read_segment_due(qp, w)) break;  // wait for responses
+    ensure_room(nic);
+    --budget;
+    sent = true;
+    if (type == verbs::QpType::ud) {
+      emit_ud(nic, qp, w, idx);
+      if (qp.state() == verbs::QpState::err) break;
+      w.done = true;
+      ++r.send_idx;
+      retire(nic, qp);
+      continue;
+    }
+    if (is_read(w.opcode)) {
+      if (!emit_read(nic, qp, w)) ++r.send_idx;
+      continue;
+    }
+    if (is_atomic(w.opcode)) {
+      emit_atomic(nic, qp, w);
+      ++r.send_idx;
+      continue;
+    }
+    if (!emit_data(nic, qp, w, idx)) {
+      if (qp.state() == verbs::QpState::err) break;
+      ++r.send_idx;
+      r.send_pkt = 0;
+      if (!rc) {  // UC: complete once sent
+        w.done = true;
+        retire(nic, qp);
+      }
+    }
+  }
+  if (sent && rc) requester_arm_retransmit(nic, qp);
+  return more;
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,486 @@
+// Responder: executes RC and UC requests (IBA 9.7.5.1, 9.7.6, 9.9).
+//
+// In-order packets execute; a future PSN draws one sequence-error NAK per
+// gap; a duplicate is answered as the spec says: SEND/WRITE with an ACK, a
+// READ by reading again, an atomic from the replay cache (never applied
+// twice).  Every remote access is checked (rkey, PD, QP and MR access
+// rights, bounds) before a byte moves.  UC: no ACKs or NAKs; a message with a
+// PSN gap or an error is dropped whole, later messages still arrive.
+#include <cstring>
+
+#include "common/log.hpp"
+#include "transport/nic.hpp"
+#include "transport/protocol.hpp"
+#include "transport/psn.hpp"
+#include "transport/sge.hpp"
+#include "verbs/context.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/mr.hpp"
+#include "verbs/pd.hpp"
+#include "verbs/qp.hpp"
+#include "verbs/srq.hpp"
+
+namespace uroce::transport {
+namespace {
+
+using verbs::WcStatus;
+using wire::NakCode;
+namespace op = wire::op;
+
+constexpr uint32_t kMinResources = 16;
+
+void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
+  ResponderState& s = qp.resp_;
+  s.ack_pending = true;
+  s.ack_psn = psn;
+  s.ack_syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
+  nic.schedule_ack(qp);
+}
+
+void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
+  ResponderState& s = qp.resp_;
+  s.ack_pending = true;
+  s.ack_psn = psn;
+  s.ack_syndrome = wire::make_syndrome(type, value);
+  Counters& c = nic.counters();
+  if (type == wire::AckType::rnr_nak) ++c.resp_rnr_naks_sent;
+  else switch (NakCode(value)) {
+    case NakCode::psn_sequence_error: ++c.resp_seq_naks_sent; break;
+    case NakCode::remote_access_error: ++c.resp_access_naks_sent; break;
+    case NakCode::invalid_request: ++c.resp_inv_req_naks_sent; break;
+    default: ++c.resp_op_err_naks_sent; break;
+  }
+  nic.schedule(qp);  // NAKs are never delayed
+}
+
+void nak(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code) noexcept {
+  queue_nak(nic, qp, psn, wire::AckType::nak, uint8_t(code));
+}
+
+// Takes the next receive WQE (SRQ or RQ) into the responder state.
+bool take_recv(verbs::Qp& qp) noexcept {
+  ResponderState& s = qp.resp_;
+  if (verbs::Srq* srq = qp.init_attr().srq) {
+    if (!srq->take(s.recv, s.recv_sges)) return false;
+    s.recv_from_srq = true;
+  } else {
+    if (qp.rq_.empty()) return false;
+    const uint32_t h = qp.rq_.head();
+    s.recv = qp.rq_.at(h);
+    s.recv_sges.assign(qp.rq_.sges(h), qp.rq_.sges(h) + s.recv.num_sge);
+    qp.rq_.pop();
+    s.recv_from_srq = false;
+  }
+  s.recv_off = 0;
+  return true;
+}
+
+void complete_recv(verbs::Qp& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len,
+                   uint32_t flags, uint32_t imm, bool solicited) noexcept {
+  verbs::Wc wc;
+  wc.wr_id = qp.resp_.recv.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.imm_data = imm;
+  wc.qp_num = qp.qpn();
+  wc.src_qp = qp.attr_.dest_qp_num;
+  wc.wc_flags = flags;
+  qp.init_attr().recv_cq->push(wc, solicited || status != WcStatus::success);
+}
+
+// The request cannot be carried out: RC NAKs (and for a receive-side
+// failure the QP enters ERR, IBA 9.9.3); UC drops the message.
+void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus recv_status) noexcept {
+  ResponderState& s = qp.resp_;
+  const bool had_recv = s.in_send || recv_status != WcStatus::success;
+  s.in_send = s.in_write = false;
+  if (qp.type() == verbs::QpType::uc) {
+    ++nic.counters().uc_dropped_messages;
+    s.uc_drop = true;
+    return;
+  }
+  nak(nic, qp, psn, code);
+  if (had_recv && recv_status != WcStatus::success) {
+    complete_recv(qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
+    qp.set_error_state();
+  }
+}
+
+// Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR access, bounds.
+uint8_t* remote_ptr(const verbs::Qp& qp, uint32_t rkey, uint64_t va, uint32_t len,
+                    uint32_t need) noexcept {
+  if ((qp.attr_.qp_access_flags & need) != need) return nullptr;
+  const verbs::Mr* mr = verbs::MrTable::instance().lookup(rkey, verbs::KeyKind::remote);
+  if (!mr || mr->pd() != &qp.pd()) return nullptr;
+  return mr->translate(va, len, need);
+}
+
+RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
+  const size_t n = std::max<size_t>(kMinResources, max_dest);
+  if (s.res.size() != n) s.res.assign(n, RdAtomicResource{});
+  RdAtomicResource& r = s.res[s.res_head];
+  if (r.pending) --s.res_pending;  // cannot happen while res_pending < max_dest
+  s.res_head = uint32_t((s.res_head + 1) % n);
+  r = RdAtomicResource{};
+  return r;
+}
+
+void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp_;
+  const uint32_t flags = pkt.info->flags;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  if (flags & op::kFirst) {
+    if (!take_recv(qp)) {
+      if (qp.type() == verbs::QpType::rc) {
+        queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
+      } else {
+        ++nic.counters().uc_dropped_messages;
+        s.uc_drop = true;
+        s.epsn = psn_add(psn, 1);
+      }
+      return;
+    }
+    s.in_send = true;
+  }
+  if (s.recv_off + pkt.payload.size() > s.recv.length) {
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::loc_len_err);
+    return;
+  }
+  if (!scatter(qp.pd(), s.recv_sges, s.recv_off, pkt.payload)) {
+    fail_request(nic, qp, psn, NakCode::remote_operational_error, WcStatus::loc_prot_err);
+    return;
+  }
+  s.recv_off += uint32_t(pkt.payload.size());
+  if (flags & op::kLast) {
+    uint32_t wcf = 0, imm = 0;
+    if (flags & op::kImm) {
+      wcf = verbs::wc_flags::kWithImm;
+      imm = pkt.hdr.imm;
+    } else if (flags & op::kIeth) {
+      wcf = verbs::wc_flags::kWithInv;
+      imm = pkt.hdr.ieth;
+    }
+    complete_recv(qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm,
+                  pkt.hdr.bth.solicited);
+    s.in_send = false;
+    s.msn = psn_add(s.msn, 1);
+  }
+  s.epsn = psn_add(psn, 1);
+  if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn);
+}
+
+void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp_;
+  const uint32_t flags = pkt.info->flags;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  const bool rc = qp.type() == verbs::QpType::rc;
+  if (flags & op::kFirst) {
+    const wire::Reth& reth = pkt.hdr.reth;
+    if (reth.length && !remote_ptr(qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
+      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
+      return;
+    }
+    s.write_rkey = reth.rkey;
+    s.write_va = reth.va;
+    s.write_left = s.write_total = reth.length;
+    s.in_write = true;
+  }
+  const uint32_t len = uint32_t(pkt.payload.size());
+  const bool last = flags & op::kLast;
+  if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu_)) {
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
+    return;
+  }
+  // WRITE with immediate consumes a receive WQE: make sure one is there
+  // before any byte lands (an RNR NAK makes the requester send it again).
+  if (last && (flags & op::kImm) && !take_recv(qp)) {
+    if (rc) {
+      queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
+    } else {
+      ++nic.counters().uc_dropped_messages;
+      s.in_write = false;
+      s.uc_drop = true;
+      s.epsn = psn_add(psn, 1);
+    }
+    return;
+  }
+  if (len) {
+    uint8_t* dst = remote_ptr(qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
+    if (!dst) {  // the MR went away in the middle of the message
+      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
+      return;
+    }
+    std::memcpy(dst, pkt.payload.data(), len);
+    s.write_va += len;
+    s.write_left -= len;
+  }
+  if (last) {
+    s.in_write = false;
+    s.msn = psn_add(s.msn, 1);
+    if (flags & op::kImm)
+      complete_recv(qp, WcStatus::success, verbs::WcOpcode::recv_rdma_with_imm, s.write_total,
+                    verbs::wc_flags::kWithImm, pkt.hdr.imm, pkt.hdr.bth.solicited);
+  }
+  s.epsn = psn_add(psn, 1);
+  if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn);
+}
+
+bool resources_full(const verbs::Qp& qp) noexcept {
+  return qp.resp_.res_pending >= std::max<uint32_t>(1, qp.attr_.max_dest_rd_atomic);
+}
+
+void on_read(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp_;
+  const wire::Reth& reth = pkt.hdr.reth;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  if (reth.length && !remote_ptr(qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+    nak(nic, qp, psn, NakCode::remote_access_error);
+    return;
+  }
+  if (resources_full(qp)) {
+    nak(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  RdAtomicResource& r = new_resource(s, qp.attr_.max_dest_rd_atomic);
+  r.is_read = true;
+  r.psn = psn;
+  r.npkts = reth.length == 0 ? 1 : (reth.length + qp.mtu_ - 1) / qp.mtu_;
+  r.rkey = reth.rkey;
+  r.va = reth.va;
+  r.length = reth.length;
+  r.pending = true;
+  r.resp_first = r.resp_psn = psn;
+  r.resp_va = reth.va;
+  r.resp_left = reth.length;
+  ++s.res_pending;
+  s.epsn = psn_add(psn, r.npkts);
+  s.msn = psn_add(s.msn, 1);
+  nic.schedule(qp);
+}
+
+void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp_;
+  const wire::AtomicEth& a = pkt.hdr.atomic;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  if (a.va % 8 != 0) {
+    nak(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  uint8_t* p = remote_ptr(qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
+  if (!p) {
+    nak(nic, qp, psn, NakCode::remote_access_error);
+    return;
+  }
+  if (resources_full(qp)) {
+    nak(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  auto* word = reinterpret_cast<uint64_t*>(p);
+  uint64_t orig;
+  if (pkt.hdr.bth.opcode == uint8_t(wire::Opcode::rc_compare_swap)) {
+    orig = a.compare;
+    __atomic_compare_exchange_n(word, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  } else {
+    orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
+  }
+  RdAtomicResource& r = new_resource(s, qp.attr_.max_dest_rd_atomic);
+  r.is_read = false;
+  r.psn = psn;
+  r.npkts = 1;
+  r.orig = orig;
+  r.resp_psn = psn;
+  r.pending = true;
+  ++s.res_pending;
+  s.epsn = psn_add(psn, 1);
+  s.msn = psn_add(s.msn, 1);
+  nic.schedule(qp);
+}
+
+// IBA 9.7.5.1.2: a request with a PSN already executed.
+void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp_;
+  const uint32_t flags = pkt.info->flags;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  ++nic.counters().resp_duplicates;
+  if (flags & (op::kSend | op::kWrite)) {
+    // Its ACK was lost: acknowledge everything received so far.
+    if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn_add(s.epsn, kPsnMask));
+    return;
+  }
+  for (RdAtomicResource& r : s.res) {
+    const int32_t d = psn_diff(psn, r.psn);
+    if (d < 0 || uint32_t(d) >= r.npkts) continue;
+    if ((flags & op::kRead) && r.is_read) {
+      // Read again: the request may ask for the tail only (a retry after a gap).
+      const wire::Reth& reth = pkt.hdr.reth;
+      if (reth.length && !remote_ptr(qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+        nak(nic, qp, psn, NakCode::remote_access_error);
+        return;
+      }
+      ++nic.counters().resp_dup_reads;
+      if (!r.pending) ++s.res_pending;
+      r.pending = true;
+      r.rkey = reth.rkey;
+      r.resp_first = r.resp_psn = psn;
+      r.resp_va = reth.va;
+      r.resp_left = reth.length;
+      nic.schedule(qp);
+    } else if ((flags & op::kAtomic) && !r.is_read && d == 0) {
+      ++nic.counters().resp_dup_atomics;  // answered from the cache, not applied again
+      if (!r.pending) ++s.res_pending;
+      r.pending = true;
+      nic.schedule(qp);
+    }
+    return;
+  }
+}
+
+bool starts_message(uint32_t flags) noexcept {
+  return (flags & op::kFirst) || (flags & (op::kRead | op::kAtomic));
+}
+
+}  // namespace
+
+void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp_;
+  const uint32_t flags = pkt.info->flags;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  if (qp.type() == verbs::QpType::rc) {
+    const int32_t d = psn_diff(psn, s.epsn);
+    if (d > 0) {  // a gap: ask once for the missing PSN (go-back-N)
+      ++nic.counters().resp_future_psn;
+      if (!s.nak_seq_sent) {
+        s.nak_seq_sent = true;
+        nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
+      }
+      return;
+    }
+    if (d < 0) {
+      on_duplicate(nic, qp, pkt);
+      return;
+    }
+    s.nak_seq_sent = false;
+  } else {  // UC: resynchronise on a gap, dropping the broken message
+    if (psn != s.epsn) {
+      if (s.in_send || s.in_write) ++nic.counters().uc_dropped_messages;
+      s.in_send = s.in_write = false;
+      s.uc_drop = true;
+    }
+    if (s.uc_drop) {
+      if (!(flags & op::kFirst)) {
+        s.epsn = psn_add(psn, 1);
+        return;
+      }
+      s.uc_drop = false;
+    }
+  }
+  // Opcode sequence (IBA 9.7.5.1.4? C9-??): a message in progress continues.
+  const bool cont_ok = s.in_send ? ((flags & op::kSend) && !(flags & op::kFirst))
+                     : s.in_write ? ((flags & op::kWrite) && !(flags & op::kFirst))
+                                  : starts_message(flags);
+  if (!cont_ok) {
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
+    if (qp.type() == verbs::QpType::uc) s.epsn = psn_add(psn, 1);
+    return;
+  }
+  if (flags & op::kSend) on_send(nic, qp, pkt);
+  else if (flags & op::kWrite) on_write(nic, qp, pkt);
+  else if (flags & op::kRead) on_read(nic, qp, pkt);
+  else if (flags & op::kAtomic) on_atomic(nic, qp, pkt);
+}
+
+// ---------------------------------------------------------------- responses
+
+namespace {
+
+void emit_ack(Nic& nic, verbs::Qp& qp) noexcept {
+  ResponderState& s = qp.resp_;
+  wire::Headers h;
+  h.bth.opcode = uint8_t(wire::Opcode::rc_ack);
+  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.bth.psn = s.ack_psn;
+  h.aeth.syndrome = s.ack_syndrome;
+  h.aeth.msn = s.msn;
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  s.ack_pending = false;
+  if (wire::aeth_type(s.ack_syndrome) == wire::AckType::ack) ++nic.counters().resp_acks_sent;
+}
+
+// One packet of a READ response or an atomic ACK.  False if the resource is
+// finished.
+bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
+  ResponderState& s = qp.resp_;
+  wire::Headers h;
+  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.aeth.syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
+  h.aeth.msn = s.msn;
+  if (!r.is_read) {
+    h.bth.opcode = uint8_t(wire::Opcode::rc_atomic_ack);
+    h.bth.psn = r.psn;
+    h.atomic_ack.orig = r.orig;
+    nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+    return false;
+  }
+  const uint32_t len = std::min(qp.mtu_, r.resp_left);
+  const bool first = r.resp_psn == r.resp_first;
+  const bool last = r.resp_left <= qp.mtu_;
+  using wire::Opcode;
+  h.bth.opcode = uint8_t(first && last ? Opcode::rc_read_response_only
+                         : first      ? Opcode::rc_read_response_first
+                         : last       ? Opcode::rc_read_response_last
+                                      : Opcode::rc_read_response_middle);
+  h.bth.psn = r.resp_psn;
+  std::span<const uint8_t> body;
+  if (len) {
+    const uint8_t* src = remote_ptr(qp, r.rkey, r.resp_va, len, verbs::access::kRemoteRead);
+    if (!src) {  // deregistered while being read
+      nak(nic, qp, r.resp_psn, NakCode::remote_access_error);
+      return false;
+    }
+    body = {src, len};
+  }
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, body, qp.attr_.ah_attr.traffic_class);
+  ++nic.counters().resp_read_packets;
+  r.resp_psn = psn_add(r.resp_psn, 1);
+  r.resp_va += len;
+  r.resp_left -= len;
+  return !last;
+}
+
+}  // namespace
+
+bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
+  ResponderState& s = qp.resp_;
+  if (qp.type() != verbs::QpType::rc) return false;
+  // Responses leave in PSN order: READ data and atomic ACKs first (oldest
+  // resource first), then the coalesced ACK/NAK.
+  while (s.res_pending > 0 && budget > 0) {
+    RdAtomicResource* next = nullptr;
+    for (RdAtomicResource& r : s.res)
+      if (r.pending && (!next || psn_before(r.resp_psn, next->resp_psn))) next = &r;
+    if (!next) {
+      s.res_pending = 0;
+      break;
+    }
+    if (nic.tx().full()) nic.flush_tx();
+    --budget;
+    if (!emit_response(nic, qp, *next)) {
+      next->pending = false;
+      --s.res_pending;
+    }
+  }
+  if (s.res_pending == 0 && s.ack_pending && budget > 0) {
+    if (nic.tx().full()) nic.flush_tx();
+    --budget;
+    emit_ack(nic, qp);
+  }
+  return s.res_pending > 0 || s.ack_pending;
+}
+
+void responder_flush_ack(Nic& nic, verbs::Qp& qp) noexcept {
+  size_t budget = 1;
+  if (qp.resp_.ack_pending && qp.resp_.res_pending == 0) responder_produce(nic, qp, budget);
+}
+
+}  // namespace uroce::transport

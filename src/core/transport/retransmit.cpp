@@ -1,0 +1,146 @@
+// Requester bookkeeping: retiring WQEs in order, going back N, the
+// retransmission and RNR timers (IBA 9.7.5.2.8, 9.7.6).
+#include "common/log.hpp"
+#include "transport/protocol.hpp"
+#include "transport/requester.hpp"
+#include "verbs/context.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/pd.hpp"
+
+namespace uroce::transport {
+
+using namespace std::chrono_literals;
+
+std::chrono::nanoseconds retransmit_interval(uint8_t timeout) noexcept {
+  if (timeout == 0) return 500ms;
+  const auto t = std::chrono::nanoseconds(4096ll << std::min<uint8_t>(timeout, 31));
+  return std::max<std::chrono::nanoseconds>(t, 1ms);
+}
+
+std::chrono::nanoseconds rnr_delay(uint8_t timer) noexcept {
+  // IBA table 45, in units of 10 us; entry 0 is 655.36 ms.
+  static constexpr uint32_t k10us[32] = {65536, 1,    2,    3,    4,    6,    8,    12,
+                                         16,    24,   32,   48,   64,   96,   128,  192,
+                                         256,   384,  512,  768,  1024, 1536, 2048, 3072,
+                                         4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  return std::chrono::microseconds(10ll * k10us[timer & 31]);
+}
+
+bool find_wqe(verbs::Qp& qp, uint32_t psn, uint32_t& idx) noexcept {
+  for (uint32_t i = qp.sq_.head(); i != qp.sq_.tail(); ++i) {
+    SendWqe& w = qp.sq_.at(i);
+    if (!w.assigned) return false;
+    const int32_t d = psn_diff(psn, w.first_psn);
+    if (d >= 0 && uint32_t(d) < w.npkts) {
+      idx = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+void go_back(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
+  RequesterState& r = qp.req_;
+  uint32_t idx;
+  if (!find_wqe(qp, psn, idx)) return;
+  SendWqe& w = qp.sq_.at(idx);
+  r.send_idx = idx;
+  r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
+  r.send_psn = psn;
+  if (is_read(w.opcode)) {
+    w.read_req = w.read_done;  // ask again for what has not arrived
+    r.send_psn = psn_add(w.first_psn, w.read_done);
+    r.send_pkt = 0;
+  }
+  // READ/atomics ahead of the rewind point that are still unanswered.
+  r.rd_atomic = 0;
+  for (uint32_t i = qp.sq_.head(); i != idx; ++i) {
+    const SendWqe& x = qp.sq_.at(i);
+    if (is_rd_atomic(x.opcode) && !x.done) ++r.rd_atomic;
+  }
+  if (is_rd_atomic(w.opcode) && !w.done) ++r.rd_atomic;
+  nic.schedule(qp);
+}
+
+void retire(Nic& nic, verbs::Qp& qp) noexcept {
+  auto& sq = qp.sq_;
+  while (!sq.empty() && sq.at(sq.head()).done) {
+    SendWqe& w = sq.at(sq.head());
+    if (w.signaled || w.status != verbs::WcStatus::success) qp.complete_send_locked(w, w.status);
+    sq.pop();
+  }
+  if (qp.state() == verbs::QpState::sqd && !qp.req_.drained_notified &&
+      (sq.empty() || !sq.at(sq.head()).assigned)) {
+    qp.req_.drained_notified = true;
+    if (qp.attr_.en_sqd_async_notify)
+      qp.pd().context().post_async_event({verbs::AsyncEventType::sq_drained, &qp});
+  }
+  (void)nic;
+}
+
+void fail_wqe(Nic& nic, verbs::Qp& qp, uint32_t idx, verbs::WcStatus status) noexcept {
+  // Everything before the failed WQE has succeeded (in-order completion).
+  for (uint32_t i = qp.sq_.head(); i != idx; ++i) qp.sq_.at(i).done = true;
+  SendWqe& w = qp.sq_.at(idx);
+  w.done = true;
+  w.status = status;
+  retire(nic, qp);
+  qp.set_error_state();
+}
+
+void requester_arm_retransmit(Nic& nic, verbs::Qp& qp) noexcept {
+  RequesterState& r = qp.req_;
+  if (r.una_psn == r.send_psn && r.una_psn == r.next_psn) return;
+  if (!r.timer_armed) {
+    r.timer_armed = true;
+    r.deadline = nic.now() + retransmit_interval(qp.attr_.timeout);
+    nic.arm_timer(qp, r.deadline);
+  }
+}
+
+void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept {
+  RequesterState& r = qp.req_;
+  const verbs::QpState st = qp.state();
+  if (st != verbs::QpState::rts && st != verbs::QpState::sqd) {
+    r.timer_armed = r.rnr_wait = false;
+    return;
+  }
+  const Clock::time_point now = nic.now();
+  if (r.rnr_wait) {
+    if (now >= r.rnr_until) {
+      r.rnr_wait = false;
+      nic.schedule(qp);
+    } else {
+      nic.arm_timer(qp, r.rnr_until);
+      return;
+    }
+  }
+  if (!r.timer_armed) return;
+  if (r.una_psn == r.next_psn) {  // nothing outstanding
+    r.timer_armed = false;
+    return;
+  }
+  if (now < r.deadline) {
+    nic.arm_timer(qp, r.deadline);
+    return;
+  }
+  ++nic.counters().req_timeouts;
+  if (qp.attr_.timeout != 0) {
+    if (r.retry_left == 0) {
+      ++nic.counters().req_retry_exc;
+      uint32_t idx;
+      if (find_wqe(qp, r.una_psn, idx)) fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
+      else qp.set_error_state();
+      r.timer_armed = false;
+      return;
+    }
+    --r.retry_left;
+  }
+  UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(),
+            r.una_psn, r.retry_left);
+  go_back(nic, qp, r.una_psn);
+  r.deadline = now + retransmit_interval(qp.attr_.timeout);
+  nic.arm_timer(qp, r.deadline);
+}
+
+}  // namespace uroce::transport

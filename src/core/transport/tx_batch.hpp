@@ -1,0 +1,52 @@
+// The transmit batch: packets are built into preallocated slots (headers,
+// pad and ICRC in the slot, payload gathered straight from application
+// memory) and leave in one sendmmsg per batch.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "net/packet_io.hpp"
+#include "wire/headers.hpp"
+#include "wire/icrc.hpp"
+
+namespace uroce::transport {
+
+struct Counters;
+
+class TxBatch {
+ public:
+  static constexpr size_t kSlots = 64;
+  static constexpr size_t kBounce = 4096 + 64;  // path MTU + a GRH's worth
+
+  TxBatch();
+
+  bool full() const noexcept { return n_ == kSlots; }
+  size_t size() const noexcept { return n_; }
+  // Scratch space for the body of the next packet (a gathered multi-SGE
+  // payload); valid until that packet is sent.
+  uint8_t* scratch() noexcept { return slots_[n_].bounce.get(); }
+
+  // Adds one packet: encodes h (opcode h.bth.opcode; BTH pad is set from the
+  // body length), appends pad and the ICRC computed over `ip`.  The body is
+  // not copied: it must stay valid until flush().  Caller ensures !full().
+  void add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h,
+           std::span<const uint8_t> body, uint8_t tos = 0) noexcept;
+
+  // Sends everything queued.
+  void flush(net::PacketIo& io, Counters& c) noexcept;
+
+ private:
+  struct Slot {
+    alignas(64) uint8_t head[64];
+    uint8_t tail[8];
+    std::unique_ptr<uint8_t[]> bounce;
+  };
+  std::array<Slot, kSlots> slots_;
+  std::array<net::TxPacket, kSlots> pkts_;
+  size_t n_ = 0;
+};
+
+}  // namespace uroce::transport

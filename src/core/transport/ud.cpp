@@ -1,0 +1,69 @@
+// UD receive (IBA 9.8): Q_Key check, one packet = one message, and the
+// 40-byte GRH area in front of the data holding the packet's IP header, the
+// way RoCEv2 NICs place it (ibv_ud_pingpong and ibv_create_ah_from_wc read it).
+#include "transport/nic.hpp"
+#include "transport/protocol.hpp"
+#include "transport/sge.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/qp.hpp"
+#include "verbs/srq.hpp"
+#include "wire/ip_header.hpp"
+
+namespace uroce::transport {
+
+void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+  const wire::Deth& deth = pkt.hdr.deth;
+  if (deth.qkey != qp.attr_.qkey) {
+    ++nic.counters().ud_qkey_drops;
+    return;
+  }
+  ResponderState& s = qp.resp_;
+  if (verbs::Srq* srq = qp.init_attr().srq) {
+    if (!srq->take(s.recv, s.recv_sges)) {
+      ++nic.counters().ud_no_recv_drops;
+      return;
+    }
+  } else {
+    if (qp.rq_.empty()) {
+      ++nic.counters().ud_no_recv_drops;
+      return;
+    }
+    const uint32_t h = qp.rq_.head();
+    s.recv = qp.rq_.at(h);
+    s.recv_sges.assign(qp.rq_.sges(h), qp.rq_.sges(h) + s.recv.num_sge);
+    qp.rq_.pop();
+  }
+  verbs::Wc wc;
+  wc.wr_id = s.recv.wr_id;
+  wc.opcode = verbs::WcOpcode::recv;
+  wc.qp_num = qp.qpn();
+  wc.src_qp = deth.src_qp;
+  wc.wc_flags = verbs::wc_flags::kGrh;
+  const uint32_t total = uint32_t(wire::kGrhLen + pkt.payload.size());
+  wc.byte_len = total;
+  if (pkt.info->flags & wire::op::kImm) {
+    wc.wc_flags |= verbs::wc_flags::kWithImm;
+    wc.imm_data = pkt.hdr.imm;
+  }
+  if (total > s.recv.length) {
+    ++nic.counters().ud_len_errors;
+    wc.status = verbs::WcStatus::loc_len_err;
+  } else {
+    wire::IpUdpFields f;
+    f.src = raw.src.addr;
+    f.dst = raw.dst;
+    f.src_port = raw.src.port;
+    f.dst_port = nic.local().port;
+    wire::IpVariantFields v;
+    v.tos = raw.tos;
+    v.ttl = raw.ttl;
+    uint8_t grh[wire::kGrhLen];
+    wire::write_grh(f, v, raw.data.size(), std::span<uint8_t, wire::kGrhLen>(grh));
+    if (!scatter(qp.pd(), s.recv_sges, 0, grh) ||
+        !scatter(qp.pd(), s.recv_sges, wire::kGrhLen, pkt.payload))
+      wc.status = verbs::WcStatus::loc_prot_err;
+  }
+  qp.init_attr().recv_cq->push(wc, pkt.hdr.bth.solicited || wc.status != verbs::WcStatus::success);
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,96 @@
+#include "verbs/comp_channel.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "transport/nic.hpp"
+#include "verbs/context.hpp"
+#include "verbs/cq.hpp"
+
+namespace uroce::verbs {
+
+Result<std::unique_ptr<CompChannel>> CompChannel::create(Context& ctx) {
+  // A counting eventfd: one count per queued event.  Blocking by default,
+  // like rdma-core's channel fd; the application may set O_NONBLOCK.
+  int fd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+  if (fd < 0) return err::from_errno(errno, "eventfd for a completion channel");
+  return std::unique_ptr<CompChannel>(new CompChannel(ctx, fd));
+}
+
+CompChannel::~CompChannel() { ::close(efd_); }
+
+void CompChannel::post(Cq& cq) noexcept {
+  std::lock_guard g(mu_);
+  events_.push_back(&cq);
+  uint64_t one = 1;
+  ssize_t r = ::write(efd_, &one, sizeof one);  // under mu_: count >= queue length
+  (void)r;
+}
+
+void CompChannel::forget(Cq& cq) noexcept {
+  std::lock_guard g(mu_);
+  for (auto it = events_.begin(); it != events_.end();) {
+    if (*it == &cq) {
+      it = events_.erase(it);
+      uint64_t v;
+      // The count is at least the queue length, so this never blocks; make
+      // sure of it anyway.
+      const int fl = ::fcntl(efd_, F_GETFL);
+      ::fcntl(efd_, F_SETFL, fl | O_NONBLOCK);
+      ssize_t r = ::read(efd_, &v, sizeof v);
+      (void)r;
+      ::fcntl(efd_, F_SETFL, fl);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool CompChannel::try_take(Cq*& out) noexcept {
+  std::lock_guard g(mu_);
+  if (events_.empty()) return false;
+  out = events_.front();
+  events_.pop_front();
+  uint64_t v;
+  ssize_t r = ::read(efd_, &v, sizeof v);  // semaphore: takes one count
+  (void)r;
+  return true;
+}
+
+Result<Cq*> CompChannel::get_event() { return get_event(-1); }
+
+Result<Cq*> CompChannel::get_event(int timeout_ms) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  for (;;) {
+    Cq* cq;
+    if (try_take(cq)) {
+      cq->event_delivered();
+      return cq;
+    }
+    if (::fcntl(efd_, F_GETFL) & O_NONBLOCK) return err::again("no completion event queued");
+    int wait = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      if (left.count() <= 0 && timeout_ms > 0) return err::from_errno(ETIMEDOUT, "no completion event");
+      wait = int(std::max<int64_t>(0, left.count()));
+      if (timeout_ms == 0) {
+        ctx_->nic().wait_on(efd_, 0);
+        if (try_take(cq)) {
+          cq->event_delivered();
+          return cq;
+        }
+        return err::from_errno(ETIMEDOUT, "no completion event");
+      }
+    }
+    // Sleep in the NIC's socket and our eventfd: a packet that completes
+    // the work is processed by this very thread.
+    ctx_->nic().wait_on(efd_, wait);
+  }
+}
+
+}  // namespace uroce::verbs

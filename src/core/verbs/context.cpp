@@ -1,0 +1,159 @@
+#include "verbs/context.hpp"
+
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "transport/nic.hpp"
+#include "verbs/cq.hpp"
+#include "verbs/mr.hpp"
+#include "verbs/qp.hpp"
+#include "verbs/srq.hpp"
+
+namespace uroce::verbs {
+namespace {
+
+// MTU of the interface holding `addr` (any address of a loopback
+// interface's subnet counts: all of 127.0.0.0/8 is local); 0 if none does.
+uint32_t interface_mtu(const IpAddr& addr) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return 0;
+  auto sa_len = [](const sockaddr* sa) -> socklen_t {
+    return sa->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  };
+  const char* name = nullptr;
+  for (ifaddrs* i = ifs; i && !name; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+      continue;
+    auto ep = Endpoint::from_sockaddr(i->ifa_addr, sa_len(i->ifa_addr));
+    if (!ep) continue;
+    if (ep->addr == addr) {
+      name = i->ifa_name;
+    } else if ((i->ifa_flags & IFF_LOOPBACK) && i->ifa_netmask && addr.is_v4() && ep->addr.is_v4()) {
+      auto mask = Endpoint::from_sockaddr(i->ifa_netmask, sa_len(i->ifa_netmask));
+      if (mask && (addr.v4() & mask->addr.v4()) == (ep->addr.v4() & mask->addr.v4())) name = i->ifa_name;
+    }
+  }
+  uint32_t mtu = 0;
+  if (name) {
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq req{};
+    std::strncpy(req.ifr_name, name, IFNAMSIZ - 1);
+    if (fd >= 0 && ::ioctl(fd, SIOCGIFMTU, &req) == 0) mtu = uint32_t(req.ifr_mtu);
+    if (fd >= 0) ::close(fd);
+  }
+  freeifaddrs(ifs);
+  return mtu;
+}
+
+// The largest IB MTU whose packets (IP + UDP + BTH + RETH/ImmDt + ICRC, at
+// most 100 bytes more) fit the interface MTU unfragmented.
+uint32_t roce_mtu(uint32_t if_mtu) {
+  uint32_t m = 4096;
+  while (m > 256 && m + 100 > if_mtu) m /= 2;
+  return m;
+}
+
+}  // namespace
+
+Result<std::vector<DeviceConfig>> devices_from_env() {
+  const char* addrs = std::getenv("UROCE_ADDR");
+  const char* port = std::getenv("UROCE_PORT");
+  uint16_t udp_port = 4791;
+  if (port && *port) {
+    char* end;
+    long p = std::strtol(port, &end, 10);
+    if (*end || p < 1 || p > 65535) return err::inval(std::string("UROCE_PORT=") + port + " is not a UDP port");
+    udp_port = uint16_t(p);
+  }
+  std::vector<DeviceConfig> out;
+  std::stringstream ss(addrs && *addrs ? addrs : "127.0.0.1");
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    auto a = IpAddr::parse(item);
+    if (!a) return err::inval("UROCE_ADDR: '" + item + "' is not an IPv4 or IPv6 address");
+    DeviceConfig d;
+    d.name = "uroce" + std::to_string(out.size());
+    d.gids.push_back(*a);
+    d.udp_port = udp_port;
+    out.push_back(std::move(d));
+  }
+  if (out.empty()) return err::inval("UROCE_ADDR names no address");
+  return out;
+}
+
+Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
+  if (cfg.gids.empty()) return err::inval("device " + cfg.name + " has no address");
+  DeviceConfig c = cfg;
+  if (c.mtu == 0) {
+    const uint32_t ifm = interface_mtu(c.gids[0]);
+    if (ifm == 0)
+      return err::from_errno(EADDRNOTAVAIL, c.gids[0].to_string() + " is not an address of this host");
+    c.mtu = roce_mtu(ifm);
+  }
+  transport::NicConfig nc;
+  nc.name = c.name;
+  nc.addr = c.gids[0];
+  nc.port = c.udp_port;
+  nc.mtu = c.mtu;
+  auto nic = transport::Nic::get(nc);
+  if (!nic.ok()) return nic.status();
+  int afd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+  if (afd < 0) return err::from_errno(errno, "eventfd for async events");
+  return std::unique_ptr<Context>(new Context(std::move(c), std::move(*nic), afd));
+}
+
+Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int async_fd)
+    : cfg_(std::move(cfg)), nic_(std::move(nic)), async_fd_(async_fd) {
+  DeviceAttr& d = dev_attr_;
+  d.max_qp_wr = Qp::kMaxWr;
+  d.max_sge = Qp::kMaxSge;
+  d.max_cq = 1u << 16;
+  d.max_cqe = Cq::kMaxCqe;
+  d.max_mr = MrTable::kMaxMrs - 1;
+  d.max_qp_rd_atom = Qp::kMaxRdAtomic;
+  d.max_qp_init_rd_atom = Qp::kMaxRdAtomic;
+  d.max_srq = 1u << 16;
+  d.max_srq_wr = Srq::kMaxWr;
+  d.max_srq_sge = Srq::kMaxSge;
+  d.max_inline = Qp::kMaxInline;
+  // A stable GUID from the address: 02:00:00 (locally administered) + low bytes.
+  const auto& b = cfg_.gids[0].bytes();
+  d.node_guid = 0x0200000000000000ull | uint64_t(b[12]) << 24 | uint64_t(b[13]) << 16 |
+                uint64_t(b[14]) << 8 | b[15] | uint64_t(cfg_.udp_port) << 32;
+  d.sys_image_guid = d.node_guid;
+  port_attr_.active_mtu_bytes = cfg_.mtu;
+  port_attr_.max_mtu_bytes = 4096;
+  port_attr_.gid_tbl_len = uint32_t(cfg_.gids.size());
+}
+
+Context::~Context() { ::close(async_fd_); }
+
+void Context::post_async_event(const AsyncEvent& ev) noexcept {
+  std::lock_guard g(async_mu_);
+  async_.push_back(ev);
+  uint64_t one = 1;
+  ssize_t r = ::write(async_fd_, &one, sizeof one);
+  (void)r;
+}
+
+Result<AsyncEvent> Context::get_async_event() {
+  uint64_t v;
+  if (::read(async_fd_, &v, sizeof v) != sizeof v)
+    return err::from_errno(errno, "no async event");
+  std::lock_guard g(async_mu_);
+  if (async_.empty()) return err::again("no async event");
+  AsyncEvent ev = async_.front();
+  async_.pop_front();
+  return ev;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,101 @@
+// An opened device.  Contexts on the same device share one NIC (socket,
+// engine lock, progress thread); each context has its own async event queue.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "verbs/types.hpp"
+
+namespace uroce::transport {
+class Nic;
+struct NicConfig;
+}  // namespace uroce::transport
+
+namespace uroce::verbs {
+
+// What a device is: its name and the address(es) it serves.
+struct DeviceConfig {
+  std::string name = "uroce0";
+  std::vector<IpAddr> gids;   // GID table; gids[0] is the address the NIC binds
+  uint16_t udp_port = 4791;
+  uint32_t mtu = 0;           // 0: derive from the interface MTU
+};
+
+// Devices from the environment: UROCE_ADDR (comma-separated addresses, one
+// device each; default 127.0.0.1) and UROCE_PORT (default 4791).
+Result<std::vector<DeviceConfig>> devices_from_env();
+
+// Limits the core really enforces (ibv_query_device reports these).
+struct DeviceAttr {
+  uint64_t max_mr_size = ~0ull;
+  uint64_t page_size_cap = 4096;
+  uint32_t max_qp = (1u << 14) - 2;
+  uint32_t max_qp_wr;
+  uint32_t max_sge;
+  uint32_t max_cq;
+  uint32_t max_cqe;
+  uint32_t max_mr;
+  uint32_t max_pd = 1u << 20;
+  uint32_t max_qp_rd_atom;
+  uint32_t max_qp_init_rd_atom;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t max_ah = 1u << 20;
+  uint32_t max_inline;
+  uint16_t max_pkeys = 1;
+  uint64_t sys_image_guid = 0;
+  uint64_t node_guid = 0;
+  uint32_t vendor_id = 0;
+  uint32_t vendor_part_id = 0;
+  uint32_t hw_ver = 0;
+};
+
+struct PortAttr {
+  uint32_t active_mtu_bytes = 4096;   // path MTU ceiling of this port
+  uint32_t max_mtu_bytes = 4096;
+  uint32_t gid_tbl_len = 1;
+  uint32_t max_msg_sz = 1u << 31;
+};
+
+struct AsyncEvent {
+  AsyncEventType type;
+  void* element = nullptr;  // the Qp*, Cq*, Srq* concerned (core object), or nullptr
+  uint32_t port_num = 1;
+};
+
+class Context {
+ public:
+  static Result<std::unique_ptr<Context>> open(const DeviceConfig& cfg);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const DeviceConfig& config() const noexcept { return cfg_; }
+  const DeviceAttr& device_attr() const noexcept { return dev_attr_; }
+  const PortAttr& port_attr() const noexcept { return port_attr_; }
+  transport::Nic& nic() const noexcept { return *nic_; }
+
+  // Async events: a pollable fd and a queue.
+  int async_fd() const noexcept { return async_fd_; }
+  Result<AsyncEvent> get_async_event();   // blocks unless async_fd() is O_NONBLOCK
+  void post_async_event(const AsyncEvent& ev) noexcept;
+
+ private:
+  Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int async_fd);
+  DeviceConfig cfg_;
+  DeviceAttr dev_attr_;
+  PortAttr port_attr_;
+  std::shared_ptr<transport::Nic> nic_;
+  int async_fd_;
+  std::mutex async_mu_;
+  std::deque<AsyncEvent> async_;
+};
+
+}  // namespace uroce::verbs

@@ -1,0 +1,110 @@
+#include "verbs/cq.hpp"
+
+#include "transport/nic.hpp"
+#include "verbs/comp_channel.hpp"
+#include "verbs/context.hpp"
+
+namespace uroce::verbs {
+
+Cq::Cq(Context& ctx, uint32_t depth, CompChannel* channel, void* user_context)
+    : ctx_(&ctx), channel_(channel), user_context_(user_context), depth_(depth), ring_(depth) {}
+
+Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* channel,
+                                       void* user_context) {
+  if (cqe < 1 || cqe > kMaxCqe)
+    return err::inval("cqe " + std::to_string(cqe) + " not in 1.." + std::to_string(kMaxCqe));
+  if (channel && &channel->context() != &ctx)
+    return err::inval("completion channel belongs to another device context");
+  std::unique_ptr<Cq> cq(new Cq(ctx, cqe, channel, user_context));
+  if (channel) channel->users()++;
+  return cq;
+}
+
+Cq::~Cq() {
+  if (channel_) {
+    channel_->forget(*this);
+    channel_->users()--;
+  }
+}
+
+transport::Nic& Cq::nic() const noexcept { return ctx_->nic(); }
+
+int Cq::pop_locked(std::span<Wc> out) noexcept {
+  int n = 0;
+  while (count_ > 0 && size_t(n) < out.size()) {
+    out[n++] = ring_[head_];
+    head_ = head_ + 1 == depth_ ? 0 : head_ + 1;
+    --count_;
+  }
+  return n;
+}
+
+Result<int> Cq::poll(std::span<Wc> out) {
+  transport::Nic& n = nic();
+  std::lock_guard g(n.mu());
+  if (count_ == 0) n.drive();
+  const int got = pop_locked(out);
+  if (got == 0 && overflow_) return err::from_errno(EOVERFLOW, "completion queue overflowed");
+  return got;
+}
+
+Status Cq::req_notify(bool solicited_only) {
+  std::lock_guard g(nic().mu());
+  if (!channel_) return err::inval("CQ has no completion channel");
+  if (!solicited_only) arm_ = Arm::next;
+  else if (arm_ == Arm::none) arm_ = Arm::solicited;
+  return {};
+}
+
+bool Cq::push(const Wc& wc, bool solicited) noexcept {
+  transport::Nic& n = nic();
+  if (count_ == depth_) {
+    if (!overflow_) {
+      overflow_ = true;
+      ctx_->post_async_event({AsyncEventType::cq_err, this});
+    }
+    ++n.counters().cq_overflows;
+    return false;
+  }
+  uint32_t tail = head_ + count_;
+  if (tail >= depth_) tail -= depth_;
+  ring_[tail] = wc;
+  ++count_;
+  ++n.counters().completions;
+  if (arm_ == Arm::next || (arm_ == Arm::solicited && solicited)) {
+    arm_ = Arm::none;
+    n.cq_notify(*this);
+  }
+  return true;
+}
+
+Status Cq::resize(uint32_t cqe) {
+  if (cqe < 1 || cqe > kMaxCqe) return err::inval("cqe out of range");
+  std::lock_guard g(nic().mu());
+  if (cqe < count_) return err::inval("more completions queued than the new size");
+  std::vector<Wc> ring(cqe);
+  const uint32_t n = count_;
+  for (uint32_t i = 0; i < n; ++i) ring[i] = ring_[(head_ + i) % depth_];
+  ring_ = std::move(ring);
+  depth_ = cqe;
+  head_ = 0;
+  return {};
+}
+
+void Cq::event_delivered() {
+  std::lock_guard g(ev_mu_);
+  ++ev_delivered_;
+}
+
+void Cq::ack_events(unsigned n) {
+  std::lock_guard g(ev_mu_);
+  ev_acked_ += n;
+  ev_cv_.notify_all();
+}
+
+void Cq::wait_events_acked() {
+  std::unique_lock lk(ev_mu_);
+  ev_cv_.wait(lk, [this] { return ev_acked_ >= ev_delivered_; });
+}
+
+}  // namespace uroce::verbs

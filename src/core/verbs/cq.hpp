@@ -1,0 +1,87 @@
+// Completion queue: a fixed-depth ring of work completions.
+//
+// Entries are pushed by the transport under the NIC lock; poll() takes the
+// same lock and, when the ring is empty, drives the NIC's progress in the
+// calling thread (a busy-polling application does its own packet I/O, no
+// thread hand-off).  Overflow is reported: the CQ enters an error state,
+// an IBV_EVENT_CQ_ERR async event is raised, and poll() fails once drained.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "common/status.hpp"
+#include "verbs/types.hpp"
+
+namespace uroce::transport {
+class Nic;
+}
+
+namespace uroce::verbs {
+
+class Context;
+class CompChannel;
+
+class Cq {
+ public:
+  static constexpr uint32_t kMaxCqe = 1u << 22;
+
+  static Result<std::unique_ptr<Cq>> create(Context& ctx, uint32_t cqe, CompChannel* channel,
+                                            void* user_context = nullptr);
+  ~Cq();
+  Cq(const Cq&) = delete;
+  Cq& operator=(const Cq&) = delete;
+
+  // Up to out.size() completions, oldest first.  Returns the count, or an
+  // error (EOVERFLOW) once an overflowed CQ is drained.
+  Result<int> poll(std::span<Wc> out);
+  // Arms the CQ: the next completion (or, solicited_only, the next solicited
+  // or unsuccessful one) produces one event on the completion channel.
+  Status req_notify(bool solicited_only);
+  // Completion-channel bookkeeping (ibv_get_cq_event / ibv_ack_cq_events).
+  void event_delivered();
+  void ack_events(unsigned n);
+  // Blocks until every delivered event is acknowledged (before destruction).
+  void wait_events_acked();
+  // Resizes the ring (ibv_resize_cq); fails if more entries are queued.
+  Status resize(uint32_t cqe);
+
+  uint32_t capacity() const noexcept { return depth_; }
+  Context& context() const noexcept { return *ctx_; }
+  CompChannel* channel() const noexcept { return channel_; }
+  void* user_context() const noexcept { return user_context_; }
+  void set_user_context(void* p) noexcept { user_context_ = p; }
+  std::atomic<int>& users() noexcept { return users_; }
+  transport::Nic& nic() const noexcept;
+
+  // --- transport side, NIC lock held ---
+  // Appends a completion; `solicited` marks one that may wake a
+  // solicited-only notification.  Returns false (and reports) on overflow.
+  bool push(const Wc& wc, bool solicited) noexcept;
+  uint32_t size_locked() const noexcept { return count_; }
+  bool overflowed() const noexcept { return overflow_; }
+
+ private:
+  Cq(Context& ctx, uint32_t depth, CompChannel* channel, void* user_context);
+  int pop_locked(std::span<Wc> out) noexcept;
+
+  Context* ctx_;
+  CompChannel* channel_;
+  void* user_context_;
+  uint32_t depth_;
+  std::vector<Wc> ring_;
+  uint32_t head_ = 0, count_ = 0;
+  enum class Arm : uint8_t { none, next, solicited } arm_ = Arm::none;
+  bool overflow_ = false;
+  std::atomic<int> users_{0};  // QPs/SRQs using this CQ
+  // events handed out vs acknowledged
+  std::mutex ev_mu_;
+  std::condition_variable ev_cv_;
+  uint64_t ev_delivered_ = 0, ev_acked_ = 0;
+};
+
+}  // namespace uroce::verbs

@@ -1,0 +1,130 @@
+#include "verbs/mr.hpp"
+
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "net/registry.hpp"
+#include "transport/nic.hpp"
+#include "verbs/context.hpp"
+#include "verbs/pd.hpp"
+
+namespace uroce::verbs {
+namespace {
+
+// The range must be mapped (verbs pins it; we at least check it exists):
+// madvise(MADV_NORMAL) fails with ENOMEM on any unmapped page.
+bool range_mapped(uint64_t addr, uint64_t length) noexcept {
+  if (length == 0) return true;
+  static const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  uint64_t start = addr & ~(page - 1);
+  uint64_t end = addr + length;
+  if (end < addr) return false;
+  return madvise(reinterpret_cast<void*>(start), end - start, MADV_NORMAL) == 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
+                                    uint32_t access) {
+  auto mr = MrTable::instance().reg(pd, addr, length, iova, access);
+  if (mr.ok()) pd.users()++;
+  return mr;
+}
+
+Mr::~Mr() {
+  {
+    // Under the NIC lock: no packet is using the region once we return.
+    std::lock_guard g(pd_->context().nic().mu());
+    MrTable::instance().dereg(*this);
+  }
+  pd_->users()--;
+}
+
+MrTable& MrTable::instance() {
+  static MrTable* table = [] {
+    auto reg = net::HostRegistry::instance();
+    if (!reg.ok()) {
+      std::fprintf(stderr, "uroce: host registry unavailable (%s); keys are process-local\n",
+                   reg.status().to_string().c_str());
+      std::array<uint8_t, 16> secret{};
+      if (getrandom(secret.data(), secret.size(), 0) != ssize_t(secret.size()))
+        for (auto& b : secret) b = uint8_t(std::rand());
+      return new MrTable(0, secret);
+    }
+    return new MrTable((*reg)->slot(), (*reg)->secret());
+  }();
+  return *table;
+}
+
+MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret)
+    : slot_(slot), cipher_(secret) {}
+
+Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
+                                         uint32_t access) {
+  if (access & ~access::kKnown)
+    return err::inval("access flags 0x" + std::to_string(access) + " hold unknown bits");
+  // IB spec: remote write/atomic access requires local write.
+  if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
+    return err::inval("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE as well");
+  if (addr + length < addr || iova + length < iova)
+    return err::inval("memory region wraps around the address space");
+  if (!(access & access::kOnDemand) && !range_mapped(addr, length))
+    return err::from_errno(EFAULT, "memory region is not mapped in this process");
+
+  std::unique_ptr<Mr> mr(new Mr());
+  uint32_t index;
+  {
+    std::lock_guard g(mu_);
+    if (!free_.empty()) {
+      index = free_.back();
+      free_.pop_back();
+    } else if (next_index_ < kMaxMrs) {
+      index = next_index_++;
+    } else {
+      return err::nomem("memory region table full (" + std::to_string(kMaxMrs - 1) + " MRs)");
+    }
+    auto& chunk = chunks_[index / kChunk];
+    if (!chunk.load(std::memory_order_relaxed)) chunk.store(new Entry[kChunk], std::memory_order_release);
+    ++live_;
+  }
+  Entry& e = chunks_[index / kChunk].load(std::memory_order_acquire)[index % kChunk];
+  mr->pd_ = &pd;
+  mr->addr_ = addr;
+  mr->length_ = length;
+  mr->iova_ = iova;
+  mr->access_ = access;
+  mr->index_ = index;
+  mr->lkey_ = cipher_.encode({slot_, index, e.gen, KeyKind::local});
+  mr->rkey_ = cipher_.encode({slot_, index, e.gen, KeyKind::remote});
+  e.mr.store(mr.get(), std::memory_order_release);
+  return mr;
+}
+
+void MrTable::dereg(Mr& mr) noexcept {
+  Entry& e = chunks_[mr.index_ / kChunk].load(std::memory_order_acquire)[mr.index_ % kChunk];
+  e.mr.store(nullptr, std::memory_order_release);
+  e.gen = uint8_t((e.gen + 1) & KeyCipher::kGenMask);
+  std::lock_guard g(mu_);
+  free_.insert(free_.begin(), mr.index_);  // reuse the oldest free index last
+  --live_;
+}
+
+const Mr* MrTable::lookup(uint32_t key, KeyKind kind) const noexcept {
+  KeyFields f = cipher_.decode(key);
+  if (f.slot != slot_ || f.kind != kind || f.index == 0) return nullptr;
+  Entry* chunk = chunks_[f.index / kChunk].load(std::memory_order_acquire);
+  if (!chunk) return nullptr;
+  const Mr* mr = chunk[f.index % kChunk].mr.load(std::memory_order_acquire);
+  if (!mr) return nullptr;
+  return (kind == KeyKind::local ? mr->lkey_ : mr->rkey_) == key ? mr : nullptr;
+}
+
+size_t MrTable::size() const noexcept {
+  std::lock_guard g(const_cast<std::mutex&>(mu_));
+  return live_;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,98 @@
+// Memory regions and the process-wide MR table.
+//
+// Every incoming RDMA WRITE/READ/atomic names an rkey; every local SGE an
+// lkey.  Both resolve through MrTable::lookup() in O(1) without locks (an
+// array indexed by the decoded key), then the caller checks PD, access and
+// bounds with Mr::check() before a byte moves.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "common/status.hpp"
+#include "verbs/keys.hpp"
+#include "verbs/types.hpp"
+
+namespace uroce::verbs {
+
+class Pd;
+
+class Mr {
+ public:
+  // Registers [addr, addr+length) of this process; peers address it as
+  // [iova, iova+length).  The region leaves every lookup when destroyed.
+  static Result<std::unique_ptr<Mr>> reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
+                                         uint32_t access);
+  ~Mr();
+  Mr(const Mr&) = delete;
+  Mr& operator=(const Mr&) = delete;
+
+  Pd* pd() const noexcept { return pd_; }
+  uint64_t addr() const noexcept { return addr_; }      // process virtual address
+  uint64_t length() const noexcept { return length_; }
+  uint64_t iova() const noexcept { return iova_; }      // address peers use (RETH VA)
+  uint32_t access() const noexcept { return access_; }
+  uint32_t lkey() const noexcept { return lkey_; }
+  uint32_t rkey() const noexcept { return rkey_; }
+
+  // Host pointer for [iova_addr, iova_addr + len) if it lies inside the
+  // region and `need` access bits are granted, else nullptr.  Overflow-safe.
+  uint8_t* translate(uint64_t iova_addr, uint64_t len, uint32_t need) const noexcept {
+    if ((access_ & need) != need) return nullptr;
+    if (iova_addr < iova_ || len > length_ || iova_addr - iova_ > length_ - len) return nullptr;
+    return reinterpret_cast<uint8_t*>(addr_ + (iova_addr - iova_));
+  }
+
+ private:
+  friend class MrTable;
+  Mr() = default;
+  Pd* pd_ = nullptr;
+  uint64_t addr_ = 0, length_ = 0, iova_ = 0;
+  uint32_t access_ = 0, lkey_ = 0, rkey_ = 0;
+  uint32_t index_ = 0;
+};
+
+// Process-wide table of MRs; keys are unique on the host (see keys.hpp).
+class MrTable {
+ public:
+  static MrTable& instance();
+
+  // Registers [addr, addr+length) with the given access; iova is the address
+  // peers will use.  Fails with EINVAL on bad flags, EFAULT if the range is
+  // not mapped (unless on-demand), ENOMEM when the table is full.
+  Result<std::unique_ptr<Mr>> reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
+                                  uint32_t access);
+  // Removes the MR from lookups.  The caller must hold the lock of the NIC
+  // the MR's PD belongs to, so no packet is using it.
+  void dereg(Mr& mr) noexcept;
+
+  // O(1), lock-free.  Returns nullptr for an unknown/stale key or the wrong kind.
+  const Mr* lookup(uint32_t key, KeyKind kind) const noexcept;
+
+  uint32_t slot() const noexcept { return slot_; }
+  size_t size() const noexcept;
+
+  static constexpr uint32_t kChunk = 1024;
+  static constexpr uint32_t kMaxMrs = KeyCipher::kMaxIndex;
+
+ private:
+  MrTable(uint32_t slot, std::span<const uint8_t, 16> secret);
+  struct Entry {
+    std::atomic<const Mr*> mr{nullptr};
+    uint8_t gen = 0;
+  };
+  uint32_t slot_;
+  KeyCipher cipher_;
+  std::array<std::atomic<Entry*>, kMaxMrs / kChunk> chunks_{};
+  std::mutex mu_;                 // allocation of indices
+  std::vector<uint32_t> free_;    // freed indices, reused last-in-first-out
+  uint32_t next_index_ = 1;       // index 0 is never used
+  size_t live_ = 0;
+};
+
+}  // namespace uroce::verbs

@@ -1,0 +1,94 @@
+#include "verbs/srq.hpp"
+
+#include <algorithm>
+
+#include "transport/nic.hpp"
+#include "verbs/context.hpp"
+#include "verbs/pd.hpp"
+
+namespace uroce::verbs {
+
+Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user_context) {
+  if (attr.max_wr < 1 || attr.max_wr > kMaxWr)
+    return err::inval("SRQ max_wr " + std::to_string(attr.max_wr) + " not in 1.." + std::to_string(kMaxWr));
+  if (attr.max_sge > kMaxSge) return err::inval("SRQ max_sge above " + std::to_string(kMaxSge));
+  if (attr.srq_limit > attr.max_wr) return err::inval("srq_limit above max_wr");
+  std::unique_ptr<Srq> srq(new Srq(pd, user_context));
+  srq->q_.init(attr.max_wr, std::max<uint32_t>(attr.max_sge, 1));
+  srq->limit_ = attr.srq_limit;
+  pd.users()++;
+  return srq;
+}
+
+Srq::~Srq() { pd_->users()--; }
+
+transport::Nic& Srq::nic() const noexcept { return pd_->context().nic(); }
+
+Status Srq::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
+  std::lock_guard g(nic().mu());
+  size_t i = 0;
+  Status result;
+  for (; i < wrs.size(); ++i) {
+    const RecvWr& wr = wrs[i];
+    if (wr.sg_list.size() > q_.max_sge()) {
+      result = err::inval("num_sge above the SRQ's max_sge " + std::to_string(q_.max_sge()));
+      break;
+    }
+    if (q_.full()) {
+      result = err::nomem("shared receive queue full");
+      break;
+    }
+    const uint32_t idx = q_.tail();
+    transport::RecvWqe& w = q_.push();
+    w.wr_id = wr.wr_id;
+    w.num_sge = uint16_t(wr.sg_list.size());
+    w.length = 0;
+    for (size_t k = 0; k < wr.sg_list.size(); ++k) {
+      q_.sges(idx)[k] = wr.sg_list[k];
+      w.length += wr.sg_list[k].length;
+    }
+  }
+  if (bad) *bad = i;
+  return result;
+}
+
+Status Srq::modify(const SrqAttr& attr, uint32_t mask) {
+  std::lock_guard g(nic().mu());
+  if (mask & srq_attr_mask::kMaxWr) {
+    if (attr.max_wr < q_.size() || attr.max_wr > kMaxWr) return err::inval("SRQ max_wr out of range");
+    transport::WorkQueue<transport::RecvWqe> nq;
+    nq.init(attr.max_wr, q_.max_sge());
+    while (!q_.empty()) {
+      const uint32_t h = q_.head(), t = nq.tail();
+      nq.push() = q_.at(h);
+      std::copy_n(q_.sges(h), q_.max_sge(), nq.sges(t));
+      q_.pop();
+    }
+    q_ = std::move(nq);
+  }
+  if (mask & srq_attr_mask::kLimit) {
+    if (attr.srq_limit > q_.max_wr()) return err::inval("srq_limit above max_wr");
+    limit_ = attr.srq_limit;
+  }
+  return {};
+}
+
+SrqAttr Srq::query() const {
+  std::lock_guard g(nic().mu());
+  return SrqAttr{q_.max_wr(), q_.max_sge(), limit_};
+}
+
+bool Srq::take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept {
+  if (q_.empty()) return false;
+  const uint32_t h = q_.head();
+  out = q_.at(h);
+  sges.assign(q_.sges(h), q_.sges(h) + out.num_sge);
+  q_.pop();
+  if (limit_ > 0 && q_.size() < limit_) {
+    limit_ = 0;  // one event per arming (IBA 11.5.2.4)
+    pd_->context().post_async_event({AsyncEventType::srq_limit_reached, this});
+  }
+  return true;
+}
+
+}  // namespace uroce::verbs

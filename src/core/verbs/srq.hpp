@@ -1,0 +1,66 @@
+// Shared receive queue, with the limit event (IBV_EVENT_SRQ_LIMIT_REACHED):
+// armed by modify(limit), it fires once when fewer than `limit` WQEs remain.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+
+#include "common/status.hpp"
+#include "transport/queues.hpp"
+#include "verbs/types.hpp"
+
+namespace uroce::transport {
+class Nic;
+}
+
+namespace uroce::verbs {
+
+class Pd;
+
+struct SrqAttr {
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  uint32_t srq_limit = 0;
+};
+namespace srq_attr_mask {
+inline constexpr uint32_t kMaxWr = 1u << 0;
+inline constexpr uint32_t kLimit = 1u << 1;
+}
+
+class Srq {
+ public:
+  static constexpr uint32_t kMaxWr = 1u << 15;
+  static constexpr uint32_t kMaxSge = 32;
+
+  static Result<std::unique_ptr<Srq>> create(Pd& pd, const SrqAttr& attr, void* user_context = nullptr);
+  ~Srq();
+  Srq(const Srq&) = delete;
+  Srq& operator=(const Srq&) = delete;
+
+  // Posts receives; on failure *bad is the index of the first not posted.
+  Status post_recv(std::span<const RecvWr> wrs, size_t* bad);
+  Status modify(const SrqAttr& attr, uint32_t mask);
+  SrqAttr query() const;
+
+  Pd& pd() const noexcept { return *pd_; }
+  transport::Nic& nic() const noexcept;
+  std::atomic<int>& users() noexcept { return users_; }
+  void* user_context() const noexcept { return user_context_; }
+
+  // --- transport side, NIC lock held ---
+  // Takes the oldest WQE; copies its SGEs into `sges`.  Raises the limit
+  // event when it applies.  False when empty.
+  bool take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept;
+  bool empty() const noexcept { return q_.empty(); }
+
+ private:
+  Srq(Pd& pd, void* user_context) : pd_(&pd), user_context_(user_context) {}
+  Pd* pd_;
+  void* user_context_;
+  transport::WorkQueue<transport::RecvWqe> q_;
+  uint32_t limit_ = 0;  // 0 = not armed
+  std::atomic<int> users_{0};
+};
+
+}  // namespace uroce::verbs

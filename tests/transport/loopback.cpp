@@ -1,0 +1,156 @@
+#include "loopback.hpp"
+
+#include <thread>
+
+#include "transport/nic.hpp"
+
+namespace uroce::test {
+
+Pair::Pair(const PairOptions& o) : opt(o) {
+  open_side(a, o.addr_a, false);
+  open_side(b, o.addr_b, o.srq_b);
+  connect();
+}
+
+Pair::~Pair() = default;
+
+void Pair::open_side(Side& s, const char* addr, bool use_srq) {
+  DeviceConfig cfg;
+  cfg.name = std::string("test-") + addr;
+  cfg.gids.push_back(*IpAddr::parse(addr));
+  cfg.udp_port = 0;
+  auto ctx = Context::open(cfg);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  s.ctx = std::move(*ctx);
+  s.pd = std::make_unique<Pd>(*s.ctx);
+  if (opt.channel) {
+    auto ch = CompChannel::create(*s.ctx);
+    ASSERT_TRUE(ch.ok());
+    s.ch = std::move(*ch);
+  }
+  auto scq = Cq::create(*s.ctx, opt.cqe, s.ch.get());
+  auto rcq = Cq::create(*s.ctx, opt.cqe, s.ch.get());
+  ASSERT_TRUE(scq.ok() && rcq.ok());
+  s.scq = std::move(*scq);
+  s.rcq = std::move(*rcq);
+  if (use_srq) {
+    auto srq = Srq::create(*s.pd, SrqAttr{opt.max_recv_wr, opt.max_sge, 0});
+    ASSERT_TRUE(srq.ok()) << srq.status().to_string();
+    s.srq = std::move(*srq);
+  }
+  QpInitAttr init;
+  init.qp_type = opt.type;
+  init.send_cq = s.scq.get();
+  init.recv_cq = s.rcq.get();
+  init.srq = s.srq.get();
+  init.cap = QpCap{opt.max_send_wr, opt.max_recv_wr, opt.max_sge, opt.max_sge, opt.max_inline};
+  auto qp = Qp::create(*s.pd, init);
+  ASSERT_TRUE(qp.ok()) << qp.status().to_string();
+  s.qp = std::move(*qp);
+  s.buf.assign(opt.buf_size, 0);
+  s.mr = reg_mr(*s.pd, s.buf.data(), s.buf.size(), opt.access);
+}
+
+Status Pair::to_init(Side& s) {
+  QpAttr at;
+  at.qp_state = QpState::init;
+  at.pkey_index = 0;
+  at.port_num = 1;
+  uint32_t mask = qp_attr_mask::kState | qp_attr_mask::kPkeyIndex | qp_attr_mask::kPort;
+  if (opt.type == QpType::ud) {
+    at.qkey = 0x11111111;
+    mask |= qp_attr_mask::kQkey;
+  } else {
+    at.qp_access_flags = opt.access & ~access::kLocalWrite;
+    mask |= qp_attr_mask::kAccessFlags;
+  }
+  return s.qp->modify(at, mask);
+}
+
+Status Pair::to_rtr(Side& s, const Side& peer, uint32_t rq_psn) {
+  QpAttr at;
+  at.qp_state = QpState::rtr;
+  uint32_t mask = qp_attr_mask::kState;
+  if (opt.type != QpType::ud) {
+    at.path_mtu = opt.mtu;
+    at.dest_qp_num = peer.qp->qpn();
+    at.rq_psn = rq_psn;
+    at.ah_attr.dgid = peer.ctx->config().gids[0];
+    at.ah_attr.is_global = true;
+    at.max_dest_rd_atomic = opt.max_rd_atomic;
+    at.min_rnr_timer = opt.min_rnr_timer;
+    mask |= qp_attr_mask::kAv | qp_attr_mask::kPathMtu | qp_attr_mask::kDestQpn |
+            qp_attr_mask::kRqPsn;
+    if (opt.type == QpType::rc) mask |= qp_attr_mask::kMaxDestRdAtomic | qp_attr_mask::kMinRnrTimer;
+  }
+  return s.qp->modify(at, mask);
+}
+
+Status Pair::to_rts(Side& s, uint32_t sq_psn) {
+  QpAttr at;
+  at.qp_state = QpState::rts;
+  at.sq_psn = sq_psn;
+  uint32_t mask = qp_attr_mask::kState | qp_attr_mask::kSqPsn;
+  if (opt.type == QpType::rc) {
+    at.timeout = opt.timeout;
+    at.retry_cnt = opt.retry_cnt;
+    at.rnr_retry = opt.rnr_retry;
+    at.max_rd_atomic = opt.max_rd_atomic;
+    mask |= qp_attr_mask::kTimeout | qp_attr_mask::kRetryCnt | qp_attr_mask::kRnrRetry |
+            qp_attr_mask::kMaxQpRdAtomic;
+  }
+  return s.qp->modify(at, mask);
+}
+
+void Pair::connect() {
+  if (!a.qp || !b.qp) return;
+  ASSERT_TRUE(to_init(a).ok());
+  ASSERT_TRUE(to_init(b).ok());
+  Status s = to_rtr(a, b, opt.psn_b);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  s = to_rtr(b, a, opt.psn_a);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  s = to_rts(a, opt.psn_a);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  s = to_rts(b, opt.psn_b);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+}
+
+std::vector<Wc> poll_n(Cq& cq, size_t n, int ms) {
+  std::vector<Wc> out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  Wc wc[16];
+  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+    auto r = cq.poll(std::span<Wc>(wc, std::min<size_t>(16, n - out.size())));
+    if (!r.ok()) break;
+    out.insert(out.end(), wc, wc + *r);
+    if (*r == 0) std::this_thread::yield();
+  }
+  return out;
+}
+
+std::vector<Wc> drain(Cq& cq, int ms) {
+  std::vector<Wc> out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  Wc wc[16];
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = cq.poll(wc);
+    if (!r.ok()) break;
+    out.insert(out.end(), wc, wc + *r);
+    if (*r == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return out;
+}
+
+Status post_send(Qp& qp, const SendWr& wr) {
+  size_t bad;
+  return qp.post_send(std::span<const SendWr>(&wr, 1), &bad);
+}
+
+Status post_recv(Qp& qp, uint64_t wr_id, std::vector<Sge> sges) {
+  RecvWr wr{wr_id, sges};
+  size_t bad;
+  return qp.post_recv(std::span<const RecvWr>(&wr, 1), &bad);
+}
+
+}  // namespace uroce::test

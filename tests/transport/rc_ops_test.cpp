@@ -1,0 +1,164 @@
+// RC operations between two device contexts over loopback UDP: byte-exact
+// data and the exact completions of every opcode.
+#include <arpa/inet.h>
+
+#include "loopback.hpp"
+
+namespace uroce::test {
+namespace {
+
+class RcOps : public ::testing::Test {
+ protected:
+  Pair p;
+};
+
+TEST_F(RcOps, SendRecvDeliversBytesAndCompletions) {
+  fill_pattern(p.a.buf.data(), 5000, 1);
+  ASSERT_TRUE(post_recv(*p.b.qp, 77, {p.b.sge(0, 8192)}).ok());
+  SendWr wr;
+  wr.wr_id = 42;
+  wr.opcode = WrOpcode::send;
+  wr.send_flags = send_flags::kSignaled;
+  Sge sge = p.a.sge(0, 5000);
+  wr.sg_list = {&sge, 1};
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto rc = poll_n(*p.b.rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].status, WcStatus::success) << to_string(rc[0].status);
+  EXPECT_EQ(rc[0].wr_id, 77u);
+  EXPECT_EQ(rc[0].opcode, WcOpcode::recv);
+  EXPECT_EQ(rc[0].byte_len, 5000u);
+  EXPECT_EQ(rc[0].qp_num, p.b.qp->qpn());
+  EXPECT_EQ(rc[0].src_qp, p.a.qp->qpn());
+  EXPECT_EQ(rc[0].wc_flags, 0u);
+  EXPECT_EQ(std::memcmp(p.a.buf.data(), p.b.buf.data(), 5000), 0);
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  EXPECT_EQ(sc[0].wr_id, 42u);
+  EXPECT_EQ(sc[0].opcode, WcOpcode::send);
+  EXPECT_EQ(sc[0].byte_len, 5000u);
+}
+
+TEST_F(RcOps, SendWithImmCarriesImmediate) {
+  ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 64)}).ok());
+  SendWr wr;
+  wr.opcode = WrOpcode::send_with_imm;
+  wr.imm_data = htonl(0xdeadbeef);
+  wr.send_flags = send_flags::kSignaled;
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto rc = poll_n(*p.b.rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].status, WcStatus::success);
+  EXPECT_EQ(rc[0].byte_len, 0u);
+  EXPECT_EQ(rc[0].wc_flags, wc_flags::kWithImm);
+  EXPECT_EQ(ntohl(rc[0].imm_data), 0xdeadbeefu);
+  EXPECT_EQ(poll_n(*p.a.scq, 1).size(), 1u);
+}
+
+TEST_F(RcOps, RdmaWriteLandsWithoutResponderCompletion) {
+  fill_pattern(p.a.buf.data(), 70000, 2);
+  SendWr wr;
+  wr.wr_id = 5;
+  wr.opcode = WrOpcode::rdma_write;
+  wr.send_flags = send_flags::kSignaled;
+  Sge sge = p.a.sge(0, 70000);
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = p.b.addr(1000);
+  wr.rkey = p.b.mr->rkey();
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success) << to_string(sc[0].status);
+  EXPECT_EQ(sc[0].opcode, WcOpcode::rdma_write);
+  EXPECT_EQ(sc[0].byte_len, 70000u);
+  EXPECT_EQ(std::memcmp(p.a.buf.data(), p.b.buf.data() + 1000, 70000), 0);
+  EXPECT_EQ(p.b.buf[999], 0);
+  EXPECT_EQ(p.b.buf[71000], 0);
+  EXPECT_TRUE(drain(*p.b.rcq, 20).empty());
+}
+
+TEST_F(RcOps, RdmaWriteWithImmConsumesReceive) {
+  fill_pattern(p.a.buf.data(), 3000, 3);
+  ASSERT_TRUE(post_recv(*p.b.qp, 9, {}).ok());
+  SendWr wr;
+  wr.opcode = WrOpcode::rdma_write_with_imm;
+  wr.imm_data = htonl(1234);
+  Sge sge = p.a.sge(0, 3000);
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = p.b.addr(0);
+  wr.rkey = p.b.mr->rkey();
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto rc = poll_n(*p.b.rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].status, WcStatus::success);
+  EXPECT_EQ(rc[0].wr_id, 9u);
+  EXPECT_EQ(rc[0].opcode, WcOpcode::recv_rdma_with_imm);
+  EXPECT_EQ(rc[0].byte_len, 3000u);
+  EXPECT_EQ(ntohl(rc[0].imm_data), 1234u);
+  EXPECT_EQ(std::memcmp(p.a.buf.data(), p.b.buf.data(), 3000), 0);
+}
+
+TEST_F(RcOps, RdmaReadFetchesRemoteBytes) {
+  fill_pattern(p.b.buf.data(), 100000, 4);
+  SendWr wr;
+  wr.wr_id = 8;
+  wr.opcode = WrOpcode::rdma_read;
+  wr.send_flags = send_flags::kSignaled;
+  Sge sge = p.a.sge(16, 100000);
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = p.b.addr(0);
+  wr.rkey = p.b.mr->rkey();
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success) << to_string(sc[0].status);
+  EXPECT_EQ(sc[0].opcode, WcOpcode::rdma_read);
+  EXPECT_EQ(sc[0].byte_len, 100000u);
+  EXPECT_EQ(std::memcmp(p.a.buf.data() + 16, p.b.buf.data(), 100000), 0);
+}
+
+TEST_F(RcOps, AtomicsReturnOriginalValue) {
+  uint64_t* target = reinterpret_cast<uint64_t*>(p.b.buf.data() + 64);
+  *target = 100;
+  SendWr wr;
+  wr.opcode = WrOpcode::atomic_fetch_and_add;
+  wr.send_flags = send_flags::kSignaled;
+  Sge sge = p.a.sge(0, 8);
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = p.b.addr(64);
+  wr.rkey = p.b.mr->rkey();
+  wr.compare_add = 5;
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success) << to_string(sc[0].status);
+  EXPECT_EQ(sc[0].opcode, WcOpcode::fetch_add);
+  EXPECT_EQ(sc[0].byte_len, 8u);
+  uint64_t got;
+  std::memcpy(&got, p.a.buf.data(), 8);
+  EXPECT_EQ(got, 100u);
+  EXPECT_EQ(*target, 105u);
+
+  wr.opcode = WrOpcode::atomic_cmp_and_swp;
+  wr.compare_add = 105;
+  wr.swap = 7;
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].opcode, WcOpcode::comp_swap);
+  std::memcpy(&got, p.a.buf.data(), 8);
+  EXPECT_EQ(got, 105u);
+  EXPECT_EQ(*target, 7u);
+  // A failed compare leaves the target alone and returns it.
+  wr.compare_add = 1;
+  wr.swap = 99;
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  ASSERT_EQ(poll_n(*p.a.scq, 1).size(), 1u);
+  std::memcpy(&got, p.a.buf.data(), 8);
+  EXPECT_EQ(got, 7u);
+  EXPECT_EQ(*target, 7u);
+}
+
+}  // namespace
+}  // namespace uroce::test
