@@ -1,4 +1,4 @@
-#include "common/ip_addr.hpp"
+#include "uroce/ip_addr.hpp"
 
 #include <arpa/inet.h>
 

@@ -1,4 +1,4 @@
-#include "common/status.hpp"
+#include "uroce/status.hpp"
 
 #include <cstring>
 

@@ -43,6 +43,10 @@ struct RxPacket {
 struct IoStats {
   uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0;
   uint64_t rx_packets = 0, rx_bytes = 0, rx_truncated = 0;
+  // Datagrams lost before we could receive them because the receive queue
+  // was full (UdpIo: the kernel's SO_RXQ_OVFL count, as of the last packet
+  // received); 0 where unknown.
+  uint64_t rx_dropped = 0;
 };
 
 class PacketIo {

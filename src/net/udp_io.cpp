@@ -1,0 +1,308 @@
+#include "net/udp_io.hpp"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/log.hpp"
+
+namespace uroce::net {
+namespace {
+
+// Extra room in each receive buffer: a datagram longer than max_payload is
+// still seen whole up to here, and MSG_TRUNC flags anything longer.
+constexpr size_t kRxMargin = 64;
+constexpr size_t kRxAlign = 64;
+// A full socket buffer (EAGAIN / ENOBUFS) is retried this many times, each
+// after a poll for POLLOUT of at most kTxRetryWaitNs.
+constexpr int kTxRetries = 8;
+constexpr long kTxRetryWaitNs = 50'000;
+
+constexpr size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+struct alignas(cmsghdr) TxControl {
+  uint8_t b[CMSG_SPACE(sizeof(int))];
+};
+struct alignas(cmsghdr) RxControl {
+  // pktinfo + TOS/TCLASS + TTL/HOPLIMIT + drop count, and room for one more.
+  uint8_t b[CMSG_SPACE(sizeof(in6_pktinfo)) + 4 * CMSG_SPACE(sizeof(int))];
+};
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const noexcept { std::free(p); }
+};
+
+// "bind 127.0.0.1:4791: Address already in use"; pass errno as it was.
+Status sys_error(int e, const std::string& what) {
+  return err::from_errno(e, what + ": " + std::strerror(e));
+}
+
+Status set_int(int fd, int level, int name, int value, const char* what) {
+  if (::setsockopt(fd, level, name, &value, sizeof value) != 0) {
+    const int e = errno;
+    return sys_error(e, std::string("setsockopt(") + what + ")");
+  }
+  return {};
+}
+
+// Asks for `bytes` of socket buffer, with FORCE first (allowed for root /
+// CAP_NET_ADMIN, beyond rmem_max), then the capped option; returns the size
+// in effect.
+int set_buffer(int fd, int force_opt, int opt, int bytes) {
+  if (bytes > 0 && ::setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) != 0)
+    (void)::setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
+  int v = 0;
+  socklen_t len = sizeof v;
+  (void)::getsockopt(fd, SOL_SOCKET, opt, &v, &len);
+  return v;
+}
+
+}  // namespace
+
+struct UdpIo::Rings {
+  std::array<mmsghdr, kMaxBatch> tx_msgs{};
+  std::array<iovec, 3 * kMaxBatch> tx_iov{};
+  std::array<sockaddr_storage, kMaxBatch> tx_addr{};
+  std::array<TxControl, kMaxBatch> tx_ctl{};
+
+  std::array<mmsghdr, kMaxBatch> rx_msgs{};
+  std::array<iovec, kMaxBatch> rx_iov{};
+  std::array<sockaddr_storage, kMaxBatch> rx_addr{};
+  std::array<RxControl, kMaxBatch> rx_ctl{};
+  std::unique_ptr<uint8_t, FreeDeleter> rx_bufs;  // batch x rx_buf_size, page aligned
+};
+
+UdpIo::~UdpIo() = default;
+
+Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
+  if (cfg.batch == 0 || cfg.batch > kMaxBatch)
+    return err::inval("UdpIo batch " + std::to_string(cfg.batch) + " not in 1.." +
+                      std::to_string(kMaxBatch));
+  if (cfg.max_payload < 64 || cfg.max_payload > kMaxUdpPayload)
+    return err::inval("UdpIo max_payload " + std::to_string(cfg.max_payload) + " not in 64.." +
+                      std::to_string(kMaxUdpPayload));
+
+  std::unique_ptr<UdpIo> io(new UdpIo());
+  io->v6_ = !cfg.local.is_v4();
+  io->batch_ = cfg.batch;
+  io->max_payload_ = cfg.max_payload;
+  io->rx_buf_size_ = round_up(cfg.max_payload + kRxMargin, kRxAlign);
+
+  const int family = io->v6_ ? AF_INET6 : AF_INET;
+  io->fd_.reset(::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
+  if (!io->fd_.valid()) {
+    const int e = errno;
+    return sys_error(e, io->v6_ ? "socket(AF_INET6)" : "socket(AF_INET)");
+  }
+  const int fd = io->fd_.get();
+
+  if (io->v6_) {
+    UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY"));
+    UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"));
+    UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"));
+    UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"));
+    UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "IPV6_RECVHOPLIMIT"));
+  } else {
+    UROCE_TRY(set_int(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER"));
+    UROCE_TRY(set_int(fd, IPPROTO_IP, IP_PKTINFO, 1, "IP_PKTINFO"));
+    UROCE_TRY(set_int(fd, IPPROTO_IP, IP_RECVTOS, 1, "IP_RECVTOS"));
+    UROCE_TRY(set_int(fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL"));
+  }
+  UROCE_TRY(set_int(fd, SOL_SOCKET, SO_RXQ_OVFL, 1, "SO_RXQ_OVFL"));
+  io->rcvbuf_ = set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.rcvbuf);
+  io->sndbuf_ = set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.sndbuf);
+
+  sockaddr_storage ss;
+  Endpoint want{cfg.local, cfg.port};
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), want.to_sockaddr(ss)) != 0) {
+    const int e = errno;
+    if (e != EADDRINUSE || !cfg.port_fallback || cfg.port == 0)
+      return sys_error(e, "bind " + want.to_string());
+    Endpoint any{cfg.local, 0};
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), any.to_sockaddr(ss)) != 0) {
+      const int e2 = errno;
+      return sys_error(e2, "bind " + any.to_string());
+    }
+  }
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    const int e = errno;
+    return sys_error(e, "getsockname");
+  }
+  auto local = Endpoint::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+  if (!local) return err::io("getsockname: unexpected address family");
+  io->local_ = *local;
+  if (io->local_.port != cfg.port && cfg.port != 0)
+    UROCE_LOG(info, "udp: %s is taken, bound %s instead", want.to_string().c_str(),
+              io->local_.to_string().c_str());
+
+  // Preallocate everything the data path touches.
+  io->r_ = std::make_unique<Rings>();
+  Rings& r = *io->r_;
+  const size_t total = round_up(io->rx_buf_size_ * io->batch_, 4096);
+  r.rx_bufs.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, total)));
+  if (!r.rx_bufs) return err::nomem("UdpIo: " + std::to_string(total) + " bytes of receive buffers");
+  std::memset(r.rx_bufs.get(), 0, total);
+  for (size_t i = 0; i < kMaxBatch; ++i) {
+    msghdr& tx = r.tx_msgs[i].msg_hdr;
+    tx.msg_name = &r.tx_addr[i];
+    tx.msg_iov = &r.tx_iov[3 * i];
+    if (i >= io->batch_) continue;
+    r.rx_iov[i] = {r.rx_bufs.get() + i * io->rx_buf_size_, io->rx_buf_size_};
+    msghdr& rx = r.rx_msgs[i].msg_hdr;
+    rx.msg_name = &r.rx_addr[i];
+    rx.msg_iov = &r.rx_iov[i];
+    rx.msg_iovlen = 1;
+    rx.msg_control = r.rx_ctl[i].b;
+  }
+  return io;
+}
+
+bool UdpIo::wait_writable() noexcept {
+  pollfd p{fd_.get(), POLLOUT, 0};
+  timespec ts{0, kTxRetryWaitNs};
+  return ::ppoll(&p, 1, &ts, nullptr) >= 0 || errno == EINTR;
+}
+
+size_t UdpIo::flush(size_t n) noexcept {
+  Rings& r = *r_;
+  size_t i = 0, sent = 0;
+  int tries = 0;
+  while (i < n) {
+    int got = ::sendmmsg(fd_.get(), &r.tx_msgs[i], unsigned(n - i), 0);
+    if (got > 0) {
+      for (size_t j = i; j < i + size_t(got); ++j) stats_.tx_bytes += r.tx_msgs[j].msg_len;
+      i += size_t(got);
+      sent += size_t(got);
+      tries = 0;
+      continue;
+    }
+    const int e = got == 0 ? EAGAIN : errno;
+    if (e == EINTR) continue;
+    if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS) {
+      if (tries++ < kTxRetries && wait_writable()) continue;
+      UROCE_LOG(debug, "udp: send buffer full (%s), dropping %zu packets", std::strerror(e), n - i);
+      stats_.tx_errors += n - i;
+      congested_ = true;
+      break;
+    }
+    // The kernel refused this one packet (EPERM: a firewall DROP, EMSGSIZE,
+    // ENETUNREACH, ...): count it and go on with the next.
+    UROCE_LOG(debug, "udp: sendmmsg: %s", std::strerror(e));
+    ++stats_.tx_errors;
+    ++i;
+  }
+  stats_.tx_packets += sent;
+  return sent;
+}
+
+size_t UdpIo::send_batch(std::span<const TxPacket> pkts) noexcept {
+  Rings& r = *r_;
+  size_t n = 0, sent = 0, k = 0;
+  congested_ = false;
+  for (; k < pkts.size() && !congested_; ++k) {
+    const TxPacket& p = pkts[k];
+    if (p.dst.addr.is_v4() == v6_ || p.size() > max_payload_) {  // wrong family / too big
+      ++stats_.tx_errors;
+      continue;
+    }
+    msghdr& h = r.tx_msgs[n].msg_hdr;
+    h.msg_namelen = p.dst.to_sockaddr(r.tx_addr[n]);
+    iovec* iov = h.msg_iov;
+    size_t c = 0;
+    for (auto part : {p.head, p.body, p.tail})
+      if (!part.empty()) iov[c++] = {const_cast<uint8_t*>(part.data()), part.size()};
+    h.msg_iovlen = c;
+    if (p.tos != 0) {
+      h.msg_control = r.tx_ctl[n].b;
+      h.msg_controllen = sizeof r.tx_ctl[n].b;
+      cmsghdr* cm = CMSG_FIRSTHDR(&h);
+      cm->cmsg_level = v6_ ? IPPROTO_IPV6 : IPPROTO_IP;
+      cm->cmsg_type = v6_ ? IPV6_TCLASS : IP_TOS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      const int tos = p.tos;
+      std::memcpy(CMSG_DATA(cm), &tos, sizeof tos);
+    } else {
+      h.msg_control = nullptr;
+      h.msg_controllen = 0;
+    }
+    if (++n == batch_) {
+      sent += flush(n);
+      n = 0;
+    }
+  }
+  if (n > 0 && !congested_) sent += flush(n);
+  // After a give-up, what was neither sent nor tried is dropped too.
+  if (congested_) stats_.tx_errors += pkts.size() - k;
+  return sent;
+}
+
+size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
+  Rings& r = *r_;
+  const size_t want = std::min(out.size(), batch_);
+  if (want == 0) return 0;
+  for (size_t i = 0; i < want; ++i) {
+    msghdr& h = r.rx_msgs[i].msg_hdr;
+    h.msg_namelen = sizeof(sockaddr_storage);
+    h.msg_controllen = sizeof(RxControl);
+    h.msg_flags = 0;
+  }
+  // MSG_TRUNC: msg_len reports the datagram's real length.
+  const int got = ::recvmmsg(fd_.get(), r.rx_msgs.data(), unsigned(want), MSG_TRUNC, nullptr);
+  if (got <= 0) return 0;  // EAGAIN: nothing waiting
+  for (size_t i = 0; i < size_t(got); ++i) {
+    const msghdr& h = r.rx_msgs[i].msg_hdr;
+    const size_t len = r.rx_msgs[i].msg_len;
+    RxPacket& p = out[i];
+    p.truncated = (h.msg_flags & MSG_TRUNC) != 0 || len > max_payload_;
+    p.data = {static_cast<uint8_t*>(r.rx_iov[i].iov_base), std::min(len, rx_buf_size_)};
+    auto src = Endpoint::from_sockaddr(static_cast<const sockaddr*>(h.msg_name), h.msg_namelen);
+    p.src = src ? *src : Endpoint{};
+    p.dst = local_.addr;
+    p.tos = 0;
+    p.ttl = 0;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm; cm = CMSG_NXTHDR(const_cast<msghdr*>(&h), cm)) {
+      const unsigned char* d = CMSG_DATA(cm);
+      int v = 0;
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t drops;
+        std::memcpy(&drops, d, sizeof drops);
+        stats_.rx_dropped = drops;
+      } else if (cm->cmsg_level == IPPROTO_IP) {
+        if (cm->cmsg_type == IP_PKTINFO) {
+          in_pktinfo pi;
+          std::memcpy(&pi, d, sizeof pi);
+          p.dst = IpAddr::from_in(pi.ipi_addr);
+        } else if (cm->cmsg_type == IP_TOS) {
+          p.tos = d[0];
+        } else if (cm->cmsg_type == IP_TTL) {
+          std::memcpy(&v, d, sizeof v);
+          p.ttl = uint8_t(v);
+        }
+      } else if (cm->cmsg_level == IPPROTO_IPV6) {
+        if (cm->cmsg_type == IPV6_PKTINFO) {
+          in6_pktinfo pi;
+          std::memcpy(&pi, d, sizeof pi);
+          p.dst = IpAddr::from_in6(pi.ipi6_addr);
+        } else if (cm->cmsg_type == IPV6_TCLASS || cm->cmsg_type == IPV6_HOPLIMIT) {
+          std::memcpy(&v, d, sizeof v);
+          (cm->cmsg_type == IPV6_TCLASS ? p.tos : p.ttl) = uint8_t(v);
+        }
+      }
+    }
+    ++stats_.rx_packets;
+    stats_.rx_bytes += len;
+    if (p.truncated) ++stats_.rx_truncated;
+  }
+  return size_t(got);
+}
+
+}  // namespace uroce::net

@@ -1,0 +1,82 @@
+// UdpIo: RoCEv2 over one non-blocking UDP socket.
+//
+// Sends with sendmmsg (head/body/tail gathered, a TOS cmsg only where
+// tos != 0), receives with recvmmsg into preallocated buffers, with the local
+// destination address, TOS and TTL of every datagram.  The socket is never
+// connected and has DF set (IP_PMTUDISC_DO): Linux then sends IPv4 ID 0,
+// which is what tx_ipv4_id() promises to the ICRC.
+//
+// The data path (send_batch / recv_batch) neither allocates nor makes any
+// system call besides sendmmsg / recvmmsg; only a full socket buffer
+// (EAGAIN / ENOBUFS) adds a few short polls for POLLOUT.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "common/ip_addr.hpp"
+#include "common/status.hpp"
+#include "net/packet_io.hpp"
+#include "net/unique_fd.hpp"
+
+namespace uroce::net {
+
+inline constexpr uint16_t kRoceV2Port = 4791;
+// A 4096-byte MTU payload plus the largest header stack, pad and ICRC.
+inline constexpr size_t kDefaultMaxPayload = 4096 + 64;
+inline constexpr size_t kMaxUdpPayload = 9000;
+inline constexpr size_t kMaxBatch = 64;
+
+struct UdpConfig {
+  IpAddr local;                // IPv4 (v4-mapped) or IPv6; the socket family follows it
+  uint16_t port = kRoceV2Port;  // 0: an ephemeral port
+  // If `port` is taken (EADDRINUSE), bind an ephemeral port instead; local()
+  // tells which.  Same-host peers find it through the HostRegistry.
+  bool port_fallback = true;
+  int rcvbuf = 4 << 20;  // bytes asked for; SO_RCVBUFFORCE is tried first
+  int sndbuf = 4 << 20;
+  size_t batch = 32;                      // datagrams per syscall, 1..kMaxBatch
+  size_t max_payload = kDefaultMaxPayload;  // largest UDP payload, up to kMaxUdpPayload
+};
+
+class UdpIo final : public PacketIo {
+ public:
+  static Result<std::unique_ptr<UdpIo>> open(const UdpConfig& cfg);
+  ~UdpIo() override;
+
+  Endpoint local() const noexcept override { return local_; }
+  size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
+  size_t recv_batch(std::span<RxPacket> out) noexcept override;
+  int wait_fd() const noexcept override { return fd_.get(); }
+  size_t max_payload() const noexcept override { return max_payload_; }
+  IoStats stats() const noexcept override { return stats_; }
+
+  // Socket buffer sizes in effect (as getsockopt reports them: the kernel
+  // doubles what was asked and caps it at rmem_max / wmem_max without FORCE).
+  int rcvbuf() const noexcept { return rcvbuf_; }
+  int sndbuf() const noexcept { return sndbuf_; }
+  size_t batch() const noexcept { return batch_; }
+
+ private:
+  struct Rings;  // the preallocated msghdr / iovec / cmsg / buffer arrays
+  UdpIo() = default;
+  // Sends msgs_[0..n) and returns how many the kernel took; counts the rest.
+  size_t flush(size_t n) noexcept;
+  bool wait_writable() noexcept;
+
+  UniqueFd fd_;
+  Endpoint local_;
+  bool v6_ = false;
+  size_t batch_ = 0;
+  size_t max_payload_ = 0;
+  size_t rx_buf_size_ = 0;
+  int rcvbuf_ = 0, sndbuf_ = 0;
+  bool congested_ = false;  // send_batch gave up on a full socket buffer
+  std::unique_ptr<Rings> r_;
+  IoStats stats_;
+};
+
+}  // namespace uroce::net
