@@ -34,8 +34,14 @@ Result<std::shared_ptr<Nic>> Nic::get(const NicConfig& cfg) {
   if (auto it = nics().find(key); it != nics().end())
     if (auto nic = it->second.lock()) return nic;
   std::shared_ptr<Nic> nic(new Nic(cfg));
-  UROCE_TRY(nic->open_io());
+  UROCE_TRY(nic->open_io(nullptr));
   nics()[key] = nic;
+  return nic;
+}
+
+Result<std::shared_ptr<Nic>> Nic::create(const NicConfig& cfg, const IoFactory& io) {
+  std::shared_ptr<Nic> nic(new Nic(cfg));
+  UROCE_TRY(nic->open_io(&io));
   return nic;
 }
 
@@ -44,7 +50,7 @@ Nic::Nic(const NicConfig& cfg) : cfg_(cfg), qps_(1u << kQpIndexBits, nullptr) {
   now_ = Clock::now();
 }
 
-Status Nic::open_io() {
+Status Nic::open_io(const IoFactory* factory) {
   auto reg = net::HostRegistry::instance();
   if (reg.ok()) {
     registry_ = *reg;
@@ -52,13 +58,19 @@ Status Nic::open_io() {
   } else {
     UROCE_LOG(warn, "host registry unavailable: %s", reg.status().to_string().c_str());
   }
-  net::UdpConfig ucfg;
-  ucfg.local = cfg_.addr;
-  ucfg.port = cfg_.port;
-  ucfg.port_fallback = cfg_.port_fallback;
-  auto io = net::UdpIo::open(ucfg);
-  if (!io.ok()) return io.status();
-  io_ = std::move(*io);
+  if (factory) {
+    auto io = (*factory)();
+    if (!io.ok()) return io.status();
+    io_ = std::move(*io);
+  } else {
+    net::UdpConfig ucfg;
+    ucfg.local = cfg_.addr;
+    ucfg.port = cfg_.port;
+    ucfg.port_fallback = cfg_.port_fallback;
+    auto io = net::UdpIo::open(ucfg);
+    if (!io.ok()) return io.status();
+    io_ = std::move(*io);
+  }
   local_ = io_->local();
   if (registry_) {
     Status s = registry_->publish(local_.addr, local_.port);
@@ -121,11 +133,17 @@ verbs::Qp* Nic::find_qp(uint32_t qpn) const noexcept {
   return qps_[qpn & kQpIndexMask];
 }
 
-Endpoint Nic::resolve(const IpAddr& gid, uint32_t qpn) const noexcept {
-  if (registry_) {
-    if (auto port = registry_->lookup_port(qpn >> kQpIndexBits, gid)) return {gid, *port};
-  }
-  return {gid, 4791};
+Endpoint Nic::resolve(const IpAddr& gid, uint32_t qpn) noexcept {
+  if (!registry_) return {gid, net::kRoceV2Port};
+  const uint32_t slot = qpn >> kQpIndexBits;
+  const Clock::time_point now = Clock::now();
+  auto key = std::make_pair(slot, gid);
+  if (auto it = resolved_.find(key); it != resolved_.end() && it->second.expires > now)
+    return {gid, it->second.port};
+  const uint16_t port = registry_->lookup_port(slot, gid).value_or(net::kRoceV2Port);
+  if (resolved_.size() > 4096) resolved_.clear();
+  resolved_[key] = {port, now + std::chrono::seconds(1)};
+  return {gid, port};
 }
 
 // ---------------------------------------------------------------- transmit

@@ -16,6 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -50,10 +52,14 @@ struct NicConfig {
   uint32_t mtu = 4096;        // active MTU, bytes
 };
 
+using IoFactory = std::function<Result<std::unique_ptr<net::PacketIo>>()>;
+
 class Nic {
  public:
   // The NIC for (addr, port), opened on first use and shared afterwards.
   static Result<std::shared_ptr<Nic>> get(const NicConfig& cfg);
+  // A NIC of its own over the given packet I/O (tests: FakeIo).
+  static Result<std::shared_ptr<Nic>> create(const NicConfig& cfg, const IoFactory& io);
   ~Nic();
   Nic(const Nic&) = delete;
   Nic& operator=(const Nic&) = delete;
@@ -70,8 +76,10 @@ class Nic {
   void detach_lists(verbs::Qp& qp) noexcept;  // off the transmit/ACK lists
   verbs::Qp* find_qp(uint32_t qpn) const noexcept;
 
-  // UDP endpoint of (gid, qpn): a same-host peer's published port, else 4791.
-  Endpoint resolve(const IpAddr& gid, uint32_t qpn) const noexcept;
+  // UDP endpoint of (gid, qpn): a same-host peer's published port, else
+  // 4791.  Answers are cached for a second (the registry lookup costs
+  // syscalls).  NIC lock held.
+  Endpoint resolve(const IpAddr& gid, uint32_t qpn) noexcept;
 
   // ---- NIC lock held ----
   void schedule(verbs::Qp& qp) noexcept;      // qp has packets to send
@@ -99,7 +107,7 @@ class Nic {
 
  private:
   explicit Nic(const NicConfig& cfg);
-  Status open_io();
+  Status open_io(const IoFactory* factory);
   void dispatch(net::RxPacket& pkt) noexcept;
   void run_timers() noexcept;
   void progress_thread_main() noexcept;
@@ -115,6 +123,12 @@ class Nic {
   TxBatch tx_;
   std::vector<net::RxPacket> rx_;
   Clock::time_point now_;
+
+  struct Resolved {
+    uint16_t port;
+    Clock::time_point expires;
+  };
+  std::map<std::pair<uint32_t, IpAddr>, Resolved> resolved_;
 
   // QPs of this NIC by index (qpn & 0x3fff).
   std::vector<verbs::Qp*> qps_;

@@ -93,6 +93,7 @@ Result<std::vector<DeviceConfig>> devices_from_env() {
 Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   if (cfg.gids.empty()) return err::inval("device " + cfg.name + " has no address");
   DeviceConfig c = cfg;
+  if (c.mtu == 0 && c.io_factory) c.mtu = 4096;
   if (c.mtu == 0) {
     const uint32_t ifm = interface_mtu(c.gids[0]);
     if (ifm == 0)
@@ -104,7 +105,7 @@ Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   nc.addr = c.gids[0];
   nc.port = c.udp_port;
   nc.mtu = c.mtu;
-  auto nic = transport::Nic::get(nc);
+  auto nic = c.io_factory ? transport::Nic::create(nc, c.io_factory) : transport::Nic::get(nc);
   if (!nic.ok()) return nic.status();
   int afd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
   if (afd < 0) return err::from_errno(errno, "eventfd for async events");

@@ -4,12 +4,14 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
+#include "net/packet_io.hpp"
 #include "verbs/types.hpp"
 
 namespace uroce::transport {
@@ -25,6 +27,9 @@ struct DeviceConfig {
   std::vector<IpAddr> gids;   // GID table; gids[0] is the address the NIC binds
   uint16_t udp_port = 4791;
   uint32_t mtu = 0;           // 0: derive from the interface MTU
+  // Tests: packet I/O to use instead of a UDP socket (e.g. a FakeIo).  A
+  // device with its own I/O gets a NIC of its own (not shared by address).
+  std::function<Result<std::unique_ptr<net::PacketIo>>()> io_factory;
 };
 
 // Devices from the environment: UROCE_ADDR (comma-separated addresses, one
