@@ -18,7 +18,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   DeviceConfig cfg;
   cfg.name = std::string("test-") + addr;
   cfg.gids.push_back(*IpAddr::parse(addr));
-  cfg.udp_port = 0;
+  cfg.udp_port = opt.udp_port;
   auto ctx = Context::open(cfg);
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   s.ctx = std::move(*ctx);

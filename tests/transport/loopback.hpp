@@ -45,6 +45,7 @@ struct PairOptions {
   bool srq_b = false;         // B receives through an SRQ
   const char* addr_a = "127.0.0.1";
   const char* addr_b = "127.0.0.2";
+  uint16_t udp_port = 0;      // 0: ephemeral ports (peers found through the host registry)
 };
 
 struct Side {

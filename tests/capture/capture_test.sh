@@ -1,0 +1,37 @@
+#!/bin/sh
+# Captures the traffic of the `traffic` test binary on lo with tshark and
+# checks every frame with roce_check.py (tshark decode + independent ICRC).
+# usage: capture_test.sh TRAFFIC_BINARY
+# Exit 77 (skipped) without tshark or without the right to capture.
+set -u
+traffic=$1
+here=$(cd "$(dirname "$0")" && pwd)
+command -v tshark >/dev/null 2>&1 || { echo "tshark not installed: skipped"; exit 77; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+pcap=$dir/traffic.pcap
+tshark -n -q -i lo -f 'udp port 4791 and net 127.0.99.0/24' -c 2000 -a duration:60 -F pcap -w "$pcap" 2>"$dir/err" &
+tpid=$!
+i=0
+until grep -q "Capture started" "$dir/err" 2>/dev/null; do
+  i=$((i + 1))
+  if [ $i -gt 100 ] || ! kill -0 $tpid 2>/dev/null; then
+    cat "$dir/err"
+    kill $tpid 2>/dev/null
+    if grep -qi "permission\|not permitted\|don't have permission" "$dir/err"; then exit 77; fi
+    exit 1
+  fi
+  sleep 0.1
+done
+sleep 0.3
+"$traffic"
+rc=$?
+sleep 0.5
+kill -INT $tpid 2>/dev/null
+wait $tpid 2>/dev/null
+[ $rc -ne 0 ] && { echo "traffic failed ($rc)"; exit $rc; }
+# RC: SEND FIRST..ONLY_INV, WRITE FIRST..ONLY_IMM, READ request/responses, ACK,
+# atomic ACK, CMP_SWAP, FETCH_ADD; UC SEND and WRITE; UD SEND_ONLY(_IMM).
+python3 "$here/roce_check.py" "$pcap" --min-frames 60 --expect-opcodes \
+0x00,0x01,0x02,0x03,0x04,0x05,0x06,0x07,0x08,0x09,0x0a,0x0b,0x0c,0x0d,0x0e,0x0f,0x10,0x11,0x12,0x13,0x14,0x16,0x17,\
+0x20,0x21,0x22,0x23,0x24,0x25,0x26,0x27,0x28,0x29,0x2a,0x2b,0x64,0x65
