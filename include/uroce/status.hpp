@@ -79,6 +79,7 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &*value_; }
   T& operator*() & { return *value_; }
   const T& operator*() const& { return *value_; }
+  T&& operator*() && { return std::move(*value_); }
 
  private:
   std::optional<T> value_;

@@ -131,8 +131,10 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
   const bool last_pkt = w.read_done + 1 == w.npkts;
   const uint32_t off = w.read_done * qp.mtu_;
   const uint32_t want = last_pkt ? w.length - off : qp.mtu_;
-  // A re-requested tail starts over with FIRST; the last packet must be LAST/ONLY.
-  if (bool(flags & wire::op::kLast) != last_pkt || pkt.payload.size() != want) {
+  // Responses come FIRST..LAST per READ request, and a READ WQE is asked for
+  // in segments (and its tail again after a loss), so LAST/ONLY may end a
+  // segment; only the WQE's final packet must be one.
+  if ((last_pkt && !(flags & wire::op::kLast)) || pkt.payload.size() != want) {
     ++nic.counters().req_stale_responses;
     return;
   }
