@@ -138,6 +138,7 @@ struct ResponderState {
   std::vector<verbs::Sge> recv_sges;
   uint32_t recv_off = 0;
   bool recv_from_srq = false;
+  bool recv_held = false;      // UC: `recv` survived a dropped message, reused next
   uint32_t write_rkey = 0;
   uint64_t write_va = 0;
   uint32_t write_left = 0;

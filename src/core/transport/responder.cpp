@@ -75,6 +75,24 @@ bool take_recv(verbs::Qp& qp) noexcept {
   return true;
 }
 
+// A receive WQE kept from a dropped UC message, else the next one.
+bool acquire_recv(verbs::Qp& qp) noexcept {
+  ResponderState& s = qp.resp_;
+  if (s.recv_held) {
+    s.recv_held = false;
+    s.recv_off = 0;
+    return true;
+  }
+  return take_recv(qp);
+}
+
+// UC drops a broken message whole; a receive WQE it had started to fill is
+// kept for the next message (IBA 9.8.3: it is not completed).
+void abandon_message(ResponderState& s) noexcept {
+  if (s.in_send) s.recv_held = true;
+  s.in_send = s.in_write = false;
+}
+
 void complete_recv(verbs::Qp& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len,
                    uint32_t flags, uint32_t imm, bool solicited) noexcept {
   verbs::Wc wc;
@@ -94,12 +112,13 @@ void complete_recv(verbs::Qp& qp, WcStatus status, verbs::WcOpcode opcode, uint3
 void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus recv_status) noexcept {
   ResponderState& s = qp.resp_;
   const bool had_recv = s.in_send || recv_status != WcStatus::success;
-  s.in_send = s.in_write = false;
   if (qp.type() == verbs::QpType::uc) {
+    abandon_message(s);
     ++nic.counters().uc_dropped_messages;
     s.uc_drop = true;
     return;
   }
+  s.in_send = s.in_write = false;
   nak(nic, qp, psn, code);
   if (had_recv && recv_status != WcStatus::success) {
     complete_recv(qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
@@ -131,7 +150,7 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
   if (flags & op::kFirst) {
-    if (!take_recv(qp)) {
+    if (!acquire_recv(qp)) {
       if (qp.type() == verbs::QpType::rc) {
         queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
       } else {
@@ -194,7 +213,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   }
   // WRITE with immediate consumes a receive WQE: make sure one is there
   // before any byte lands (an RNR NAK makes the requester send it again).
-  if (last && (flags & op::kImm) && !take_recv(qp)) {
+  if (last && (flags & op::kImm) && !acquire_recv(qp)) {
     if (rc) {
       queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
     } else {
@@ -364,7 +383,7 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
   } else {  // UC: resynchronise on a gap, dropping the broken message
     if (psn != s.epsn) {
       if (s.in_send || s.in_write) ++nic.counters().uc_dropped_messages;
-      s.in_send = s.in_write = false;
+      abandon_message(s);
       s.uc_drop = true;
     }
     if (s.uc_drop) {

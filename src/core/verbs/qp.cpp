@@ -240,11 +240,11 @@ void Qp::flush_locked() noexcept {
   wc.status = WcStatus::wr_flush_err;
   wc.opcode = WcOpcode::recv;
   wc.qp_num = qpn_;
-  if (resp_.in_send && !resp_.recv_from_srq) {
+  if ((resp_.in_send || resp_.recv_held) && !resp_.recv_from_srq) {
     wc.wr_id = resp_.recv.wr_id;
     init_.recv_cq->push(wc, true);
   }
-  resp_.in_send = resp_.in_write = false;
+  resp_.in_send = resp_.in_write = resp_.recv_held = false;
   while (!rq_.empty()) {
     wc.wr_id = rq_.at(rq_.head()).wr_id;
     init_.recv_cq->push(wc, true);
