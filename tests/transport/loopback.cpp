@@ -7,9 +7,11 @@
 namespace uroce::test {
 
 Pair::Pair(const PairOptions& o) : opt(o) {
-  open_side(a, o.addr_a, false);
-  open_side(b, o.addr_b, o.srq_b);
-  connect();
+  const char* aa = o.addr_a ? o.addr_a : o.fake ? "10.0.0.1" : "127.0.0.1";
+  const char* ab = o.addr_b ? o.addr_b : o.fake ? "10.0.0.2" : "127.0.0.2";
+  open_side(a, aa, false);
+  open_side(b, ab, o.srq_b);
+  if (o.connect) connect();
 }
 
 Pair::~Pair() = default;
@@ -17,8 +19,23 @@ Pair::~Pair() = default;
 void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   DeviceConfig cfg;
   cfg.name = std::string("test-") + addr;
-  cfg.gids.push_back(*IpAddr::parse(addr));
+  auto ip = IpAddr::parse(addr);
+  ASSERT_TRUE(ip.has_value()) << addr;
+  cfg.gids.push_back(*ip);
   cfg.udp_port = opt.udp_port;
+  cfg.mtu = opt.device_mtu;
+  if (opt.fake) {
+    auto net = opt.fake;
+    IoWrap wrap = opt.wrap;
+    const Endpoint ep{*ip, 0};
+    cfg.io_factory = [net, wrap, ep]() -> Result<std::unique_ptr<net::PacketIo>> {
+      auto io = net->attach(ep);
+      if (!io.ok()) return io.status();
+      std::unique_ptr<net::PacketIo> p = std::move(*io);
+      if (wrap) p = wrap(std::move(p));
+      return p;
+    };
+  }
   auto ctx = Context::open(cfg);
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   s.ctx = std::move(*ctx);
@@ -38,44 +55,50 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
     ASSERT_TRUE(srq.ok()) << srq.status().to_string();
     s.srq = std::move(*srq);
   }
-  QpInitAttr init;
-  init.qp_type = opt.type;
-  init.send_cq = s.scq.get();
-  init.recv_cq = s.rcq.get();
-  init.srq = s.srq.get();
-  init.cap = QpCap{opt.max_send_wr, opt.max_recv_wr, opt.max_sge, opt.max_sge, opt.max_inline};
-  auto qp = Qp::create(*s.pd, init);
-  ASSERT_TRUE(qp.ok()) << qp.status().to_string();
-  s.qp = std::move(*qp);
+  s.qp = create_qp(s, nullptr, nullptr, s.srq.get());
+  ASSERT_TRUE(s.qp);
   s.buf.assign(opt.buf_size, 0);
   s.mr = reg_mr(*s.pd, s.buf.data(), s.buf.size(), opt.access);
 }
 
-Status Pair::to_init(Side& s) {
+std::unique_ptr<Qp> Pair::create_qp(Side& s, Cq* scq, Cq* rcq, Srq* srq) {
+  QpInitAttr init;
+  init.qp_type = opt.type;
+  init.send_cq = scq ? scq : s.scq.get();
+  init.recv_cq = rcq ? rcq : s.rcq.get();
+  init.srq = srq;
+  init.sq_sig_all = opt.sq_sig_all;
+  init.cap = QpCap{opt.max_send_wr, opt.max_recv_wr, opt.max_sge, opt.max_sge, opt.max_inline};
+  auto qp = Qp::create(*s.pd, init);
+  EXPECT_TRUE(qp.ok()) << qp.status().to_string();
+  return qp.ok() ? std::move(*qp) : nullptr;
+}
+
+Status Pair::to_init(Qp& qp) {
   QpAttr at;
   at.qp_state = QpState::init;
   at.pkey_index = 0;
   at.port_num = 1;
   uint32_t mask = qp_attr_mask::kState | qp_attr_mask::kPkeyIndex | qp_attr_mask::kPort;
   if (opt.type == QpType::ud) {
-    at.qkey = 0x11111111;
+    at.qkey = opt.qkey;
     mask |= qp_attr_mask::kQkey;
   } else {
-    at.qp_access_flags = opt.access & ~access::kLocalWrite;
+    at.qp_access_flags = opt.qp_access != ~0u ? opt.qp_access : opt.access & ~access::kLocalWrite;
     mask |= qp_attr_mask::kAccessFlags;
   }
-  return s.qp->modify(at, mask);
+  return qp.modify(at, mask);
 }
 
-Status Pair::to_rtr(Side& s, const Side& peer, uint32_t rq_psn) {
+Status Pair::to_rtr(Qp& qp, uint32_t dest_qpn, const IpAddr& dgid, uint32_t rq_psn) {
   QpAttr at;
   at.qp_state = QpState::rtr;
   uint32_t mask = qp_attr_mask::kState;
   if (opt.type != QpType::ud) {
     at.path_mtu = opt.mtu;
-    at.dest_qp_num = peer.qp->qpn();
+    at.dest_qp_num = dest_qpn;
     at.rq_psn = rq_psn;
-    at.ah_attr.dgid = peer.ctx->config().gids[0];
+    at.ah_attr.dgid = dgid;
     at.ah_attr.is_global = true;
     at.max_dest_rd_atomic = opt.max_rd_atomic;
     at.min_rnr_timer = opt.min_rnr_timer;
@@ -83,10 +106,10 @@ Status Pair::to_rtr(Side& s, const Side& peer, uint32_t rq_psn) {
             qp_attr_mask::kRqPsn;
     if (opt.type == QpType::rc) mask |= qp_attr_mask::kMaxDestRdAtomic | qp_attr_mask::kMinRnrTimer;
   }
-  return s.qp->modify(at, mask);
+  return qp.modify(at, mask);
 }
 
-Status Pair::to_rts(Side& s, uint32_t sq_psn) {
+Status Pair::to_rts(Qp& qp, uint32_t sq_psn) {
   QpAttr at;
   at.qp_state = QpState::rts;
   at.sq_psn = sq_psn;
@@ -99,7 +122,16 @@ Status Pair::to_rts(Side& s, uint32_t sq_psn) {
     mask |= qp_attr_mask::kTimeout | qp_attr_mask::kRetryCnt | qp_attr_mask::kRnrRetry |
             qp_attr_mask::kMaxQpRdAtomic;
   }
-  return s.qp->modify(at, mask);
+  return qp.modify(at, mask);
+}
+
+void Pair::connect_qp(Qp& qp, Qp& peer_qp, const Side& peer, uint32_t rq_psn, uint32_t sq_psn) {
+  Status s = to_init(qp);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  s = to_rtr(qp, peer_qp.qpn(), peer.gid(), rq_psn);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  s = to_rts(qp, sq_psn);
+  ASSERT_TRUE(s.ok()) << s.to_string();
 }
 
 void Pair::connect() {
@@ -140,6 +172,15 @@ std::vector<Wc> drain(Cq& cq, int ms) {
     if (*r == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return out;
+}
+
+bool wait_until(const std::function<bool()>& pred, int ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
 }
 
 Status post_send(Qp& qp, const SendWr& wr) {

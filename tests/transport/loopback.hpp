@@ -1,15 +1,26 @@
 // Test fixture: two device contexts in this process (127.0.0.1 and
 // 127.0.0.2, ephemeral UDP ports found through the host registry), each with
 // a PD, CQs, a registered buffer and a QP, connected to each other.
+//
+// With PairOptions::fake set, both contexts use FakeIo endpoints of that
+// FakeNetwork instead of UDP sockets (default addresses 10.0.0.1/10.0.0.2 so
+// they never collide with a UDP device's registry binding); `wrap` can put a
+// decorator (e.g. DupIo) around each side's packet I/O.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <ostream>
+#include <thread>
 #include <vector>
 
+#include "net/fake_io.hpp"
+#include "transport/counters.hpp"
+#include "transport/nic.hpp"
 #include "verbs/ah.hpp"
 #include "verbs/comp_channel.hpp"
 #include "verbs/context.hpp"
@@ -19,9 +30,19 @@
 #include "verbs/qp.hpp"
 #include "verbs/srq.hpp"
 
+namespace uroce::verbs {
+// Readable gtest output for the enums the tests compare.
+inline void PrintTo(WcStatus s, std::ostream* os) { *os << to_string(s) << " (" << int(s) << ")"; }
+inline void PrintTo(QpState s, std::ostream* os) { *os << to_string(s); }
+inline void PrintTo(WcOpcode o, std::ostream* os) { *os << "WcOpcode(" << int(o) << ")"; }
+}  // namespace uroce::verbs
+
 namespace uroce::test {
 
 using namespace uroce::verbs;
+using transport::Counters;
+
+using IoWrap = std::function<std::unique_ptr<net::PacketIo>(std::unique_ptr<net::PacketIo>)>;
 
 struct PairOptions {
   QpType type = QpType::rc;
@@ -40,12 +61,19 @@ struct PairOptions {
   uint8_t max_rd_atomic = 16;
   uint32_t access = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
                     access::kRemoteAtomic;
+  uint32_t qp_access = ~0u;   // QP access flags; ~0u: `access` without LOCAL_WRITE
+  uint32_t qkey = 0x11111111; // UD
   size_t buf_size = 1 << 20;
   bool channel = false;       // completion channels on the CQs
   bool srq_b = false;         // B receives through an SRQ
-  const char* addr_a = "127.0.0.1";
-  const char* addr_b = "127.0.0.2";
+  bool sq_sig_all = false;
+  bool connect = true;        // bring both QPs to RTS
+  uint32_t device_mtu = 0;    // DeviceConfig::mtu (0: derived)
+  const char* addr_a = nullptr;  // default 127.0.0.1 (fake: 10.0.0.1)
+  const char* addr_b = nullptr;  // default 127.0.0.2 (fake: 10.0.0.2)
   uint16_t udp_port = 0;      // 0: ephemeral ports (peers found through the host registry)
+  std::shared_ptr<net::FakeNetwork> fake;
+  IoWrap wrap;
 };
 
 struct Side {
@@ -60,14 +88,25 @@ struct Side {
 
   uint64_t addr(size_t off = 0) const { return uint64_t(uintptr_t(buf.data())) + off; }
   Sge sge(size_t off, uint32_t len) const { return Sge{addr(off), len, mr->lkey()}; }
-  ~Side() {
+  IpAddr gid() const { return ctx->config().gids[0]; }
+  Endpoint endpoint() const { return ctx->nic().local(); }
+  // A consistent copy of this side's NIC counters.
+  Counters counters() const {
+    std::lock_guard g(ctx->nic().mu());
+    return ctx->nic().counters();
+  }
+  // Destroys everything (the peer is gone).
+  void destroy() {
     qp.reset();
     srq.reset();
     mr.reset();
     scq.reset();
     rcq.reset();
     ch.reset();
+    pd.reset();
+    ctx.reset();
   }
+  ~Side() { destroy(); }
 };
 
 inline std::unique_ptr<Mr> reg_mr(Pd& pd, void* p, size_t len, uint32_t acc) {
@@ -80,21 +119,32 @@ class Pair {
  public:
   explicit Pair(const PairOptions& o = {});
   ~Pair();
-  Side a, b;
   PairOptions opt;
+  Side a, b;
 
   // Connects a <-> b through RESET -> INIT -> RTR -> RTS.
   void connect();
   void open_side(Side& s, const char* addr, bool srq);
-  Status to_init(Side& s);
-  Status to_rtr(Side& s, const Side& peer, uint32_t rq_psn);
-  Status to_rts(Side& s, uint32_t sq_psn);
+  // A further QP on side `s` (its CQs unless given), in RESET.
+  std::unique_ptr<Qp> create_qp(Side& s, Cq* scq = nullptr, Cq* rcq = nullptr, Srq* srq = nullptr);
+  Status to_init(Qp& qp);
+  Status to_rtr(Qp& qp, uint32_t dest_qpn, const IpAddr& dgid, uint32_t rq_psn);
+  Status to_rts(Qp& qp, uint32_t sq_psn);
+  // RESET -> RTS of qp (on `side`) towards peer_qp (on `peer`).
+  void connect_qp(Qp& qp, Qp& peer_qp, const Side& peer, uint32_t rq_psn, uint32_t sq_psn);
+  Status to_init(Side& s) { return to_init(*s.qp); }
+  Status to_rtr(Side& s, const Side& peer, uint32_t rq_psn) {
+    return to_rtr(*s.qp, peer.qp->qpn(), peer.gid(), rq_psn);
+  }
+  Status to_rts(Side& s, uint32_t sq_psn) { return to_rts(*s.qp, sq_psn); }
 };
 
 // Polls until `n` completions arrived or `ms` passed; returns what arrived.
 std::vector<Wc> poll_n(Cq& cq, size_t n, int ms = 5000);
 // Polls for `ms` and returns everything (expects nothing further to come).
 std::vector<Wc> drain(Cq& cq, int ms);
+// Polls `pred` (yielding) until true or `ms` passed; returns its last value.
+bool wait_until(const std::function<bool()>& pred, int ms = 5000);
 
 Status post_send(Qp& qp, const SendWr& wr);
 Status post_recv(Qp& qp, uint64_t wr_id, std::vector<Sge> sges);
@@ -107,6 +157,43 @@ inline void fill_pattern(uint8_t* p, size_t n, uint32_t seed) {
     x ^= x << 5;
     p[i] = uint8_t(x);
   }
+}
+
+// Index of the first differing byte, or -1 when equal (keeps failure output short).
+inline long first_diff(const uint8_t* a, const uint8_t* b, size_t n) {
+  if (std::memcmp(a, b, n) == 0) return -1;
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return long(i);
+  return -1;
+}
+
+// Wraps a PacketIo and sends every packet twice, back to back.
+class DupIo final : public net::PacketIo {
+ public:
+  explicit DupIo(std::unique_ptr<net::PacketIo> inner) : inner_(std::move(inner)) {}
+  Endpoint local() const noexcept override { return inner_->local(); }
+  size_t send_batch(std::span<const net::TxPacket> pkts) noexcept override {
+    doubled_.clear();
+    for (const auto& p : pkts) {
+      doubled_.push_back(p);
+      doubled_.push_back(p);
+    }
+    return inner_->send_batch(doubled_) / 2;
+  }
+  size_t recv_batch(std::span<net::RxPacket> out) noexcept override { return inner_->recv_batch(out); }
+  int wait_fd() const noexcept override { return inner_->wait_fd(); }
+  size_t max_payload() const noexcept override { return inner_->max_payload(); }
+  net::IoStats stats() const noexcept override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<net::PacketIo> inner_;
+  std::vector<net::TxPacket> doubled_;
+};
+
+inline IoWrap dup_wrap() {
+  return [](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
+    return std::make_unique<DupIo>(std::move(io));
+  };
 }
 
 }  // namespace uroce::test

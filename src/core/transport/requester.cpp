@@ -140,9 +140,14 @@ bool read_segment_due(const verbs::Qp& qp, const SendWqe& w) noexcept {
 bool emit_read(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
   RequesterState& r = qp.req_;
   const uint32_t seg = window_pkts(qp);
-  const uint32_t n = std::min(seg, w.npkts - w.read_req);
+  uint32_t n = std::min(seg, w.npkts - w.read_req);
+  const uint32_t psn = psn_add(w.first_psn, w.read_req);
+  // A re-request (after a gap or a timeout) must stay within the PSNs asked
+  // for before: the responder treats it as a duplicate and does not move its
+  // expected PSN, so asking beyond would put the two sides out of step.
+  if (psn_before(psn, r.sent_hwm)) n = std::min<uint32_t>(n, uint32_t(psn_diff(r.sent_hwm, psn)));
   const uint64_t off = uint64_t(w.read_req) * qp.mtu_;
-  wire::Headers h = base_headers(qp, uint8_t(Opcode::rc_read_request), psn_add(w.first_psn, w.read_req));
+  wire::Headers h = base_headers(qp, uint8_t(Opcode::rc_read_request), psn);
   h.bth.ack_req = true;
   h.reth.va = w.remote_addr + off;
   h.reth.rkey = w.rkey;

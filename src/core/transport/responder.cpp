@@ -29,8 +29,22 @@ namespace op = wire::op;
 
 constexpr uint32_t kMinResources = 16;
 
+// The coalesced response slot holds one ACK or NAK.  A pending NAK is never
+// replaced by an ACK (the NAK acknowledges everything before its PSN as
+// well), and a pending RNR or error NAK is not replaced by anything: the
+// sequence NAKs that packets behind it draw would hide it from the requester
+// (an error would turn into a retry, an RNR wait into a tight resend loop).
+bool nak_pending(const ResponderState& s) noexcept {
+  return s.ack_pending && wire::aeth_type(s.ack_syndrome) != wire::AckType::ack;
+}
+bool final_nak_pending(const ResponderState& s) noexcept {
+  return nak_pending(s) && !(wire::aeth_type(s.ack_syndrome) == wire::AckType::nak &&
+                             NakCode(wire::aeth_value(s.ack_syndrome)) == NakCode::psn_sequence_error);
+}
+
 void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
   ResponderState& s = qp.resp_;
+  if (nak_pending(s)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
   s.ack_syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
@@ -39,9 +53,13 @@ void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
 
 void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
   ResponderState& s = qp.resp_;
+  if (final_nak_pending(s)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
   s.ack_syndrome = wire::make_syndrome(type, value);
+  // The requester resends from `psn` after any NAK: packets behind it that
+  // arrive meanwhile are dropped without a sequence NAK of their own.
+  s.nak_seq_sent = true;
   Counters& c = nic.counters();
   if (type == wire::AckType::rnr_nak) ++c.resp_rnr_naks_sent;
   else switch (NakCode(value)) {
@@ -119,11 +137,11 @@ void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus 
     return;
   }
   s.in_send = s.in_write = false;
-  nak(nic, qp, psn, code);
   if (had_recv && recv_status != WcStatus::success) {
     complete_recv(qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
-    qp.set_error_state();
+    qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   }
+  nak(nic, qp, psn, code);
 }
 
 // Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR access, bounds.
@@ -215,6 +233,9 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   // before any byte lands (an RNR NAK makes the requester send it again).
   if (last && (flags & op::kImm) && !acquire_recv(qp)) {
     if (rc) {
+      // The requester resends from this packet: a WRITE_ONLY comes back as
+      // a FIRST, so the message must not count as begun.
+      if (flags & op::kFirst) s.in_write = false;
       queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
     } else {
       ++nic.counters().uc_dropped_messages;
@@ -287,6 +308,10 @@ void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     return;
   }
   uint8_t* p = remote_ptr(qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
+  if (p && reinterpret_cast<uintptr_t>(p) % 8 != 0) {  // iova and address disagree mod 8
+    nak(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
   if (!p) {
     nak(nic, qp, psn, NakCode::remote_access_error);
     return;
@@ -382,7 +407,10 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
     s.nak_seq_sent = false;
   } else {  // UC: resynchronise on a gap, dropping the broken message
     if (psn != s.epsn) {
-      if (s.in_send || s.in_write) ++nic.counters().uc_dropped_messages;
+      // A message in progress is lost, and so is one whose first packet
+      // went missing (its tail is about to be discarded).
+      if (s.in_send || s.in_write || (!s.uc_drop && !(flags & op::kFirst)))
+        ++nic.counters().uc_dropped_messages;
       abandon_message(s);
       s.uc_drop = true;
     }

@@ -52,13 +52,19 @@ void go_back(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
     r.send_psn = psn_add(w.first_psn, w.read_done);
     r.send_pkt = 0;
   }
-  // READ/atomics ahead of the rewind point that are still unanswered.
+  // Every started READ/atomic still unanswered counts against max_rd_atomic,
+  // before and after the rewind point alike (those after it stay assigned:
+  // they are resent, not started again).  A READ after the rewind point is
+  // requested again from scratch: the responder may have discarded its
+  // request with everything else behind the lost packet.
   r.rd_atomic = 0;
-  for (uint32_t i = qp.sq_.head(); i != idx; ++i) {
-    const SendWqe& x = qp.sq_.at(i);
-    if (is_rd_atomic(x.opcode) && !x.done) ++r.rd_atomic;
+  for (uint32_t i = qp.sq_.head(); i != qp.sq_.tail(); ++i) {
+    SendWqe& x = qp.sq_.at(i);
+    if (!x.assigned) break;
+    if (!is_rd_atomic(x.opcode) || x.done) continue;
+    ++r.rd_atomic;
+    if (is_read(x.opcode) && psn_diff(x.first_psn, w.first_psn) > 0) x.read_req = x.read_done;
   }
-  if (is_rd_atomic(w.opcode) && !w.done) ++r.rd_atomic;
   nic.schedule(qp);
 }
 
@@ -93,6 +99,11 @@ void requester_arm_retransmit(Nic& nic, verbs::Qp& qp) noexcept {
   if (r.una_psn == r.send_psn && r.una_psn == r.next_psn) return;
   if (!r.timer_armed) {
     r.timer_armed = true;
+    // The NIC's clock is only refreshed when packets arrive or the progress
+    // thread wakes; after an idle spell it is old, and a deadline from it
+    // would already have passed.  Posting is the one path that arms
+    // without a fresh clock: refresh it.
+    nic.refresh_now();
     r.deadline = nic.now() + retransmit_interval(qp.attr_.timeout);
     nic.arm_timer(qp, r.deadline);
   }

@@ -78,11 +78,14 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
   uint32_t index;
   {
     std::lock_guard g(mu_);
-    if (!free_.empty()) {
+    // Never-used indices first, then the one freed longest ago: a key (index
+    // + 5-bit generation) comes back only after the whole table has cycled
+    // 32 times, not after 32 reg/dereg pairs of one MR.
+    if (next_index_ < kMaxMrs) {
+      index = next_index_++;
+    } else if (!free_.empty()) {
       index = free_.back();
       free_.pop_back();
-    } else if (next_index_ < kMaxMrs) {
-      index = next_index_++;
     } else {
       return err::nomem("memory region table full (" + std::to_string(kMaxMrs - 1) + " MRs)");
     }
@@ -108,7 +111,7 @@ void MrTable::dereg(Mr& mr) noexcept {
   e.mr.store(nullptr, std::memory_order_release);
   e.gen = uint8_t((e.gen + 1) & KeyCipher::kGenMask);
   std::lock_guard g(mu_);
-  free_.insert(free_.begin(), mr.index_);  // reuse the oldest free index last
+  free_.insert(free_.begin(), mr.index_);  // back() is the one freed longest ago
   --live_;
 }
 

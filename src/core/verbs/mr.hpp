@@ -90,7 +90,7 @@ class MrTable {
   KeyCipher cipher_;
   std::array<std::atomic<Entry*>, kMaxMrs / kChunk> chunks_{};
   std::mutex mu_;                 // allocation of indices
-  std::vector<uint32_t> free_;    // freed indices, reused last-in-first-out
+  std::vector<uint32_t> free_;    // freed indices, reused oldest first once no fresh one is left
   uint32_t next_index_ = 1;       // index 0 is never used
   size_t live_ = 0;
 };

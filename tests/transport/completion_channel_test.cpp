@@ -1,0 +1,186 @@
+// Completion channels: req_notify arms a CQ for its next (or next solicited)
+// completion; the event arrives through a pollable fd; a thread blocked in
+// get_event sleeps in the kernel; events are acknowledged before a CQ goes.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <atomic>
+#include <thread>
+
+#include "loopback.hpp"
+
+namespace uroce::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+PairOptions with_channel() {
+  PairOptions o;
+  o.channel = true;
+  return o;
+}
+
+bool readable(int fd, int ms = 0) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+void send(Pair& p, uint64_t id, uint32_t len, bool solicited) {
+  Sge s = p.a.sge(0, len);
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = WrOpcode::send;
+  wr.send_flags = solicited ? send_flags::kSolicited : 0;
+  wr.sg_list = {&s, 1};
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+}
+
+double thread_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
+}
+
+struct ProcessUsage {
+  double cpu_ms;
+  long wakeups;  // voluntary context switches, all threads
+};
+ProcessUsage process_usage() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return {double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+              double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
+          ru.ru_nvcsw};
+}
+
+TEST(CompletionChannel, EventForTheNextCompletion) {
+  Pair p(with_channel());
+  CompChannel& ch = *p.b.ch;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(post_recv(*p.b.qp, i, {p.b.sge(0, 4096)}).ok());
+  EXPECT_FALSE(readable(ch.fd()));
+  ASSERT_TRUE(p.b.rcq->req_notify(false).ok());
+  send(p, 1, 100, false);
+  auto cq = ch.get_event(2000);
+  ASSERT_TRUE(cq.ok()) << cq.status().to_string();
+  EXPECT_EQ(*cq, p.b.rcq.get());
+  EXPECT_FALSE(readable(ch.fd())) << "one event per arming";
+  p.b.rcq->ack_events(1);
+  auto rc = poll_n(*p.b.rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].wr_id, 0u);
+  // Not re-armed: the next completion raises no event.
+  send(p, 2, 100, true);
+  ASSERT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
+  EXPECT_FALSE(readable(ch.fd(), 20));
+  auto none = ch.get_event(10);
+  EXPECT_EQ(none.status().code(), ETIMEDOUT);
+  // Re-armed: the fd turns readable once the completion is there.
+  ASSERT_TRUE(p.b.rcq->req_notify(false).ok());
+  send(p, 3, 100, false);
+  ASSERT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
+  EXPECT_TRUE(readable(ch.fd(), 1000));
+  cq = ch.get_event();
+  ASSERT_TRUE(cq.ok());
+  EXPECT_EQ(*cq, p.b.rcq.get());
+  EXPECT_FALSE(readable(ch.fd()));
+  p.b.rcq->ack_events(1);
+}
+
+TEST(CompletionChannel, SolicitedOnlyWakesOnSolicited) {
+  Pair p(with_channel());
+  CompChannel& ch = *p.b.ch;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(post_recv(*p.b.qp, i, {p.b.sge(0, 8192)}).ok());
+  ASSERT_TRUE(p.b.rcq->req_notify(true).ok());
+  send(p, 1, 5000, false);  // multi-packet, unsolicited
+  ASSERT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
+  EXPECT_FALSE(readable(ch.fd(), 20));
+  ASSERT_EQ(::fcntl(ch.fd(), F_SETFL, ::fcntl(ch.fd(), F_GETFL) | O_NONBLOCK), 0);
+  auto none = ch.get_event();
+  EXPECT_EQ(none.status().code(), EAGAIN);
+  send(p, 2, 5000, true);  // solicited: the S bit rides on the last packet
+  auto rc = poll_n(*p.b.rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].wr_id, 1u);
+  ASSERT_TRUE(readable(ch.fd(), 1000));
+  auto cq = ch.get_event();
+  ASSERT_TRUE(cq.ok()) << cq.status().to_string();
+  EXPECT_EQ(*cq, p.b.rcq.get());
+  EXPECT_EQ(ch.get_event().status().code(), EAGAIN);
+  p.b.rcq->ack_events(1);
+  // Solicited-only arming never downgrades a pending "next" arming.
+  ASSERT_TRUE(p.b.rcq->req_notify(false).ok());
+  ASSERT_TRUE(p.b.rcq->req_notify(true).ok());
+  send(p, 3, 10, false);
+  ASSERT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
+  EXPECT_TRUE(readable(ch.fd(), 1000));
+  ASSERT_TRUE(ch.get_event().ok());
+  p.b.rcq->ack_events(1);
+}
+
+// A thread blocked in get_event() sleeps: it burns no CPU while waiting,
+// nor does the rest of the process (progress threads included).
+TEST(CompletionChannel, BlockedWaiterUsesNoCpu) {
+  Pair p(with_channel());
+  ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 64)}).ok());
+  ASSERT_TRUE(p.b.rcq->req_notify(false).ok());
+  std::atomic<bool> woke{false};
+  double waiter_cpu = -1;
+  Cq* got = nullptr;
+  std::thread waiter([&] {
+    const double t0 = thread_cpu_ms();
+    auto cq = p.b.ch->get_event();
+    waiter_cpu = thread_cpu_ms() - t0;
+    if (cq.ok()) got = *cq;
+    woke = true;
+  });
+  std::this_thread::sleep_for(20ms);  // let it block
+  // Traffic that completes nothing on B (an RDMA WRITE) wakes B's NIC while
+  // the waiter sleeps in it; afterwards everything must go back to sleep.
+  Sge s = p.a.sge(0, 5000);
+  SendWr w;
+  w.opcode = WrOpcode::rdma_write;
+  w.send_flags = send_flags::kSignaled;
+  w.sg_list = {&s, 1};
+  w.remote_addr = p.b.addr(1000);
+  w.rkey = p.b.mr->rkey();
+  ASSERT_TRUE(post_send(*p.a.qp, w).ok());
+  ASSERT_EQ(poll_n(*p.a.scq, 1).size(), 1u);
+  std::this_thread::sleep_for(20ms);
+  const ProcessUsage u0 = process_usage();
+  std::this_thread::sleep_for(200ms);
+  const ProcessUsage u1 = process_usage();
+  EXPECT_FALSE(woke.load());
+  send(p, 9, 64, false);
+  waiter.join();
+  EXPECT_EQ(got, p.b.rcq.get());
+  EXPECT_LT(waiter_cpu, 2.0) << "ms of CPU used by the blocked waiter";
+  // The whole process (progress threads included) sleeps too: no ticking.
+  // (Wake-ups are the sharp measure; CPU time gets a margin for a busy host.)
+  EXPECT_LT(u1.wakeups - u0.wakeups, 20) << "thread wake-ups over 200 ms of waiting";
+  EXPECT_LT(u1.cpu_ms - u0.cpu_ms, 10.0) << "ms of CPU used by the process over 200 ms of waiting";
+  p.b.rcq->ack_events(1);
+}
+
+TEST(CompletionChannel, WaitEventsAckedBlocksUntilAcked) {
+  Pair p(with_channel());
+  ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 64)}).ok());
+  ASSERT_TRUE(p.b.rcq->req_notify(false).ok());
+  send(p, 1, 64, false);
+  ASSERT_TRUE(p.b.ch->get_event(2000).ok());
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    p.b.rcq->wait_events_acked();
+    done = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(done.load()) << "returned with an event unacknowledged";
+  p.b.rcq->ack_events(1);
+  EXPECT_TRUE(wait_until([&] { return done.load(); }, 1000));
+  t.join();
+  p.b.rcq->wait_events_acked();  // nothing outstanding: returns at once
+}
+
+}  // namespace
+}  // namespace uroce::test

@@ -1,0 +1,106 @@
+// Helpers for tests on a FakeNetwork: decoding what went over the wire and
+// filters that drop chosen packets deterministically.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "loopback.hpp"
+#include "net/fake_io.hpp"
+#include "wire/packet.hpp"
+
+namespace uroce::test {
+
+// The headers of one recorded/filtered packet (payload length, not bytes).
+struct WirePkt {
+  bool ok = false;
+  Endpoint src, dst;
+  wire::Headers hdr;
+  uint32_t flags = 0;  // wire::op::k*
+  size_t payload = 0;
+  uint8_t opcode() const { return hdr.bth.opcode; }
+  uint32_t psn() const { return hdr.bth.psn; }
+};
+
+inline WirePkt decode_pkt(const net::FakePacket& fp) {
+  WirePkt w;
+  wire::Packet p;
+  wire::DecodeError e;
+  w.src = fp.src;
+  w.dst = fp.dst;
+  if (!wire::decode(fp.data, p, e)) return w;
+  w.ok = true;
+  w.hdr = p.hdr;
+  w.flags = p.info->flags;
+  w.payload = p.payload.size();
+  return w;
+}
+
+inline std::vector<WirePkt> decode_all(const std::vector<net::FakePacket>& v) {
+  std::vector<WirePkt> out;
+  for (const auto& fp : v) out.push_back(decode_pkt(fp));
+  return out;
+}
+
+// A filter that drops the packets for which `pred` says so; `pred` sees each
+// decoded packet and may keep state (it runs under the hub's lock, one at a
+// time).  Counts what it dropped.
+struct DropFilter {
+  std::shared_ptr<std::atomic<int>> dropped = std::make_shared<std::atomic<int>>(0);
+  net::FakeNetwork::Filter make(std::function<bool(const WirePkt&)> pred) const {
+    auto d = dropped;
+    return [d, pred](net::FakePacket& fp) mutable {
+      if (pred(decode_pkt(fp))) {
+        ++*d;
+        return false;
+      }
+      return true;
+    };
+  }
+};
+
+// A Pair on a FakeNetwork of its own, with helpers to drop chosen packets.
+struct Fake {
+  std::shared_ptr<net::FakeNetwork> net = net::FakeNetwork::create();
+  std::unique_ptr<Pair> p;
+  Endpoint a_ep, b_ep;
+  explicit Fake(PairOptions o = {}) {
+    o.fake = net;
+    p = std::make_unique<Pair>(o);
+    a_ep = p->a.endpoint();
+    b_ep = p->b.endpoint();
+  }
+  // Drops the packets `pred` picks (it sees each decoded packet, in order).
+  void drop_if(std::function<bool(const WirePkt&)> pred) {
+    net->set_filter(DropFilter{}.make(std::move(pred)));
+  }
+  // Drops the n-th (1-based) packet from `from` that has all of `flags`.
+  void drop_nth(Endpoint from, uint32_t flags, int n) {
+    auto seen = std::make_shared<int>(0);
+    drop_if([=](const WirePkt& w) { return w.src == from && (w.flags & flags) == flags && ++*seen == n; });
+  }
+};
+
+inline SendWr make_wr(uint64_t id, WrOpcode opc, const Sge* sge, uint64_t raddr = 0, uint32_t rkey = 0) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = opc;
+  wr.send_flags = send_flags::kSignaled;
+  if (sge) wr.sg_list = {sge, 1};
+  wr.remote_addr = raddr;
+  wr.rkey = rkey;
+  return wr;
+}
+
+inline void expect_one(Cq& cq, uint64_t id, WcOpcode opc, uint32_t len, int ms = 5000) {
+  auto wc = poll_n(cq, 1, ms);
+  ASSERT_EQ(wc.size(), 1u) << "no completion for wr_id " << id;
+  EXPECT_EQ(wc[0].status, WcStatus::success) << to_string(wc[0].status);
+  EXPECT_EQ(wc[0].wr_id, id);
+  EXPECT_EQ(wc[0].opcode, opc);
+  EXPECT_EQ(wc[0].byte_len, len);
+}
+
+}  // namespace uroce::test

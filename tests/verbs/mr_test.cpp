@@ -1,0 +1,192 @@
+// Memory regions and their keys: unique, unpredictable, never valid again
+// once deregistered; registration checks; the key cipher round-trips.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <unordered_set>
+
+#include "net/fake_io.hpp"
+#include "verbs/context.hpp"
+#include "verbs/keys.hpp"
+#include "verbs/mr.hpp"
+#include "verbs/pd.hpp"
+
+namespace uroce::verbs {
+namespace {
+
+constexpr uint32_t kAll = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+
+// A device on a FakeNetwork: no socket needed to own a PD.
+class MrTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceConfig cfg;
+    cfg.name = "mr-test";
+    cfg.gids.push_back(*IpAddr::parse("10.7.7.7"));
+    auto net = net::FakeNetwork::create();
+    cfg.io_factory = [net]() -> Result<std::unique_ptr<net::PacketIo>> {
+      auto io = net->attach({*IpAddr::parse("10.7.7.7"), 0});
+      if (!io.ok()) return io.status();
+      return std::unique_ptr<net::PacketIo>(std::move(*io));
+    };
+    auto ctx = Context::open(cfg);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+    ctx_ = std::move(*ctx);
+    pd_ = std::make_unique<Pd>(*ctx_);
+  }
+  void TearDown() override {
+    pd_.reset();
+    ctx_.reset();
+  }
+  Result<std::unique_ptr<Mr>> reg(const void* p, size_t len, uint32_t acc = kAll) {
+    return Mr::reg(*pd_, uint64_t(uintptr_t(p)), len, uint64_t(uintptr_t(p)), acc);
+  }
+  const MrTable& table() { return MrTable::instance(); }
+
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Pd> pd_;
+  std::vector<uint8_t> buf_ = std::vector<uint8_t>(1 << 16);
+};
+
+TEST_F(MrTest, KeysUniqueOverTenThousandLiveRegistrations) {
+  std::vector<std::unique_ptr<Mr>> mrs;
+  std::unordered_set<uint32_t> keys;
+  for (int i = 0; i < 10000; ++i) {
+    auto mr = reg(buf_.data() + (i % 4096), 1 + i % 60000);
+    ASSERT_TRUE(mr.ok()) << i << ": " << mr.status().to_string();
+    EXPECT_NE((*mr)->lkey(), (*mr)->rkey());
+    EXPECT_TRUE(keys.insert((*mr)->lkey()).second) << "lkey repeated at " << i;
+    EXPECT_TRUE(keys.insert((*mr)->rkey()).second) << "rkey repeated at " << i;
+    mrs.push_back(std::move(*mr));
+  }
+  for (const auto& mr : mrs) {
+    ASSERT_EQ(table().lookup(mr->lkey(), KeyKind::local), mr.get());
+    ASSERT_EQ(table().lookup(mr->rkey(), KeyKind::remote), mr.get());
+    // A key of one kind is useless as the other.
+    ASSERT_EQ(table().lookup(mr->lkey(), KeyKind::remote), nullptr);
+    ASSERT_EQ(table().lookup(mr->rkey(), KeyKind::local), nullptr);
+  }
+}
+
+TEST_F(MrTest, KeysAreNotSequential) {
+  std::vector<std::unique_ptr<Mr>> mrs;
+  std::vector<uint32_t> rkeys, lkeys;
+  for (int i = 0; i < 1000; ++i) {
+    auto mr = reg(buf_.data(), 4096);
+    ASSERT_TRUE(mr.ok());
+    rkeys.push_back((*mr)->rkey());
+    lkeys.push_back((*mr)->lkey());
+    mrs.push_back(std::move(*mr));
+  }
+  // Successive keys differ by no fixed stride and are not ordered.
+  std::set<uint32_t> strides;
+  int ascending = 0;
+  for (size_t i = 1; i < rkeys.size(); ++i) {
+    strides.insert(rkeys[i] - rkeys[i - 1]);
+    ascending += rkeys[i] > rkeys[i - 1];
+  }
+  EXPECT_GT(strides.size(), 990u);
+  EXPECT_GT(ascending, 400);
+  EXPECT_LT(ascending, 600);
+  std::set<uint32_t> lr;
+  for (size_t i = 0; i < rkeys.size(); ++i) lr.insert(rkeys[i] - lkeys[i]);
+  EXPECT_GT(lr.size(), 990u) << "rkey is a fixed offset from lkey";
+}
+
+// One MR at a time, registered and deregistered 10000 times: no key is ever
+// handed out twice and no old key resolves again.
+TEST_F(MrTest, DeregisteredKeysNeverResolveAgain) {
+  std::vector<uint32_t> old;
+  std::unordered_set<uint32_t> seen;
+  for (int i = 0; i < 10000; ++i) {
+    auto mr = reg(buf_.data(), 128);
+    ASSERT_TRUE(mr.ok());
+    const uint32_t l = (*mr)->lkey(), r = (*mr)->rkey();
+    ASSERT_TRUE(seen.insert(l).second) << "lkey handed out again after " << i << " registrations";
+    ASSERT_TRUE(seen.insert(r).second) << "rkey handed out again after " << i << " registrations";
+    mr->reset();
+    ASSERT_EQ(table().lookup(l, KeyKind::local), nullptr);
+    ASSERT_EQ(table().lookup(r, KeyKind::remote), nullptr);
+    old.push_back(l);
+    old.push_back(r);
+  }
+  auto live = reg(buf_.data(), 128);
+  ASSERT_TRUE(live.ok());
+  for (uint32_t k : old) {
+    ASSERT_EQ(table().lookup(k, KeyKind::local), nullptr);
+    ASSERT_EQ(table().lookup(k, KeyKind::remote), nullptr);
+  }
+}
+
+TEST_F(MrTest, UnmappedRangeIsEfault) {
+  const long page = sysconf(_SC_PAGESIZE);
+  void* p = mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* b = static_cast<uint8_t*>(p);
+  ASSERT_EQ(munmap(b + page, page), 0);  // a hole in the middle
+  EXPECT_EQ(reg(b + page, page).status().code(), EFAULT);
+  EXPECT_EQ(reg(b, 3 * page).status().code(), EFAULT);
+  EXPECT_EQ(reg(b + page - 1, 2).status().code(), EFAULT);
+  EXPECT_TRUE(reg(b, page).ok());
+  EXPECT_TRUE(reg(b + 2 * page, page).ok());
+  munmap(b, page);
+  munmap(b + 2 * page, page);
+  // A wrapping range is refused too.
+  EXPECT_EQ(Mr::reg(*pd_, ~0ull - 10, 100, 0, kAll).status().code(), EINVAL);
+}
+
+TEST_F(MrTest, AccessFlagChecks) {
+  EXPECT_EQ(reg(buf_.data(), 64, access::kRemoteWrite).status().code(), EINVAL);
+  EXPECT_EQ(reg(buf_.data(), 64, access::kRemoteAtomic | access::kRemoteRead).status().code(), EINVAL);
+  EXPECT_EQ(reg(buf_.data(), 64, 1u << 30).status().code(), EINVAL);
+  EXPECT_TRUE(reg(buf_.data(), 64, access::kRemoteRead).ok());
+  EXPECT_TRUE(reg(buf_.data(), 64, access::kLocalWrite | access::kRemoteWrite).ok());
+  EXPECT_TRUE(reg(buf_.data(), 64, 0).ok());
+  auto mr = reg(buf_.data() + 100, 1000, access::kLocalWrite | access::kRemoteRead);
+  ASSERT_TRUE(mr.ok());
+  const uint64_t base = uint64_t(uintptr_t(buf_.data() + 100));
+  EXPECT_NE((*mr)->translate(base, 1000, access::kRemoteRead), nullptr);
+  EXPECT_EQ((*mr)->translate(base, 1001, access::kRemoteRead), nullptr);
+  EXPECT_EQ((*mr)->translate(base - 1, 1, access::kRemoteRead), nullptr);
+  EXPECT_EQ((*mr)->translate(base, 8, access::kRemoteWrite), nullptr);
+  EXPECT_EQ((*mr)->translate(base + 999, ~0ull, access::kRemoteRead), nullptr);
+}
+
+TEST(KeyCipher, RoundTripsAndPermutes) {
+  std::mt19937_64 rng(42);
+  std::array<uint8_t, 16> secret;
+  for (auto& b : secret) b = uint8_t(rng());
+  KeyCipher c(secret);
+  std::unordered_set<uint32_t> keys;
+  for (int i = 0; i < 200000; ++i) {
+    KeyFields f{uint32_t(rng() % KeyCipher::kMaxSlots), uint32_t(rng() % KeyCipher::kMaxIndex),
+                uint32_t(rng() & KeyCipher::kGenMask), rng() & 1 ? KeyKind::remote : KeyKind::local};
+    const uint32_t k = c.encode(f);
+    const KeyFields d = c.decode(k);
+    ASSERT_EQ(d.slot, f.slot);
+    ASSERT_EQ(d.index, f.index);
+    ASSERT_EQ(d.gen, f.gen);
+    ASSERT_EQ(d.kind, f.kind);
+    keys.insert(k);
+  }
+  // A permutation: every 32-bit value decodes to fields that encode back to it.
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t k = uint32_t(rng());
+    ASSERT_EQ(c.encode(c.decode(k)), k);
+  }
+  // Another secret gives other keys for the same fields.
+  std::array<uint8_t, 16> other = secret;
+  other[0] ^= 1;
+  KeyCipher c2(other);
+  int same = 0;
+  for (uint32_t idx = 1; idx < 1000; ++idx) same += c.encode({5, idx, 0, KeyKind::remote}) == c2.encode({5, idx, 0, KeyKind::remote});
+  EXPECT_LT(same, 5);
+}
+
+}  // namespace
+}  // namespace uroce::verbs
