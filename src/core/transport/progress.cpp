@@ -42,11 +42,16 @@ void Nic::wait_on(int fd, int timeout_ms) noexcept {
     if (!lazy_.empty()) flush_acks();
   }
   pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
-  if (::poll(pfd, 2, timeout_ms) > 0 && (pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN)) {
-    std::lock_guard g(mu_);
-    drive();
-  }
-  app_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+  const bool rx =
+      ::poll(pfd, 2, timeout_ms) > 0 && (pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN);
+  std::lock_guard g(mu_);
+  if (rx) drive();
+  // While we slept in the socket the progress thread left it to us and may
+  // be asleep for good; the last waiter to leave hands the socket back.
+  // (Under the lock: the thread decides and publishes under it too.)
+  if (app_waiting_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+      thread_sleep_until_.load(std::memory_order_acquire) == INT64_MAX)
+    kick();
 }
 
 void Nic::kick() noexcept {
@@ -74,6 +79,7 @@ void Nic::start_progress_thread() {
 void Nic::progress_thread_main() noexcept {
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   bool armed = false;
+  bool rx_event = false;  // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
     bool app_active;
     int64_t sleep_until;
@@ -82,9 +88,13 @@ void Nic::progress_thread_main() noexcept {
       refresh_now();
       run_timers();
       const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
-      app_active = cur != seen || app_waiting_.load(std::memory_order_acquire) > 0;
+      const bool polled = cur != seen;
+      app_active = polled || app_waiting_.load(std::memory_order_acquire) > 0;
       seen = cur;
-      if (!app_active) {
+      // A packet that woke us is served even if the application polled a
+      // while ago (it would otherwise wait a tick); one sleeping in the
+      // socket itself takes it instead.
+      if (!app_active || (rx_event && app_waiting_.load(std::memory_order_acquire) == 0)) {
         for (int i = 0; i < kThreadRxRounds && poll_rx() > 0; ++i) {
         }
         refresh_now();
@@ -92,7 +102,10 @@ void Nic::progress_thread_main() noexcept {
       }
       // ACKs an application thread left behind wait at most one tick.
       if (!lazy_.empty()) flush_acks();
-      sleep_until = app_active
+      // Tick only while an application thread polls (to take the socket
+      // over when it stops).  One asleep in the socket serves it itself and
+      // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
+      sleep_until = polled
           ? (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count()
           : INT64_MAX;
       if (!timers_.empty())
@@ -115,6 +128,7 @@ void Nic::progress_thread_main() noexcept {
     }
     epoll_event evs[2];
     const int n = ::epoll_wait(epfd_, evs, 2, timeout_ms);
+    rx_event = false;
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 0) {
         uint64_t v;
@@ -122,6 +136,7 @@ void Nic::progress_thread_main() noexcept {
         (void)r;
       } else {
         armed = false;  // one-shot: disarmed until we take the socket again
+        rx_event = true;
       }
     }
   }

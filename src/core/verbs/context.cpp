@@ -146,6 +146,24 @@ void Context::post_async_event(const AsyncEvent& ev) noexcept {
   (void)r;
 }
 
+void Context::forget_async_events(const void* element) noexcept {
+  std::lock_guard g(async_mu_);
+  for (auto it = async_.begin(); it != async_.end();) {
+    if (it->element != element) {
+      ++it;
+      continue;
+    }
+    it = async_.erase(it);
+    // The count is at least the queue length: this read never blocks.
+    const int fl = ::fcntl(async_fd_, F_GETFL);
+    ::fcntl(async_fd_, F_SETFL, fl | O_NONBLOCK);
+    uint64_t v;
+    ssize_t r = ::read(async_fd_, &v, sizeof v);
+    (void)r;
+    ::fcntl(async_fd_, F_SETFL, fl);
+  }
+}
+
 Result<AsyncEvent> Context::get_async_event() {
   uint64_t v;
   if (::read(async_fd_, &v, sizeof v) != sizeof v)

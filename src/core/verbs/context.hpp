@@ -91,6 +91,8 @@ class Context {
   int async_fd() const noexcept { return async_fd_; }
   Result<AsyncEvent> get_async_event();   // blocks unless async_fd() is O_NONBLOCK
   void post_async_event(const AsyncEvent& ev) noexcept;
+  // Drops queued events about an object being destroyed.
+  void forget_async_events(const void* element) noexcept;
 
  private:
   Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int async_fd);

@@ -21,6 +21,7 @@ Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* 
 }
 
 Cq::~Cq() {
+  ctx_->forget_async_events(this);
   if (channel_) {
     channel_->forget(*this);
     channel_->users()--;

@@ -65,6 +65,7 @@ Qp::~Qp() {
     std::lock_guard g(nic_->mu());
     nic_->detach(*this);
   }
+  pd_->context().forget_async_events(this);
   pd_->users()--;
   init_.send_cq->users()--;
   init_.recv_cq->users()--;
@@ -287,6 +288,7 @@ Status Qp::validate_send(const SendWr& wr) const {
     return err::inval("an atomic's local buffer must be 8 bytes");
   if (t == QpType::ud) {
     if (!wr.ah) return err::inval("UD send without an address handle");
+    if (&wr.ah->pd() != pd_) return err::inval("the address handle belongs to another PD");
     if (len > pd_->context().port_attr().active_mtu_bytes)
       return err::inval("UD message of " + std::to_string(len) + " bytes above the MTU");
   }

@@ -20,7 +20,10 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
   return srq;
 }
 
-Srq::~Srq() { pd_->users()--; }
+Srq::~Srq() {
+  pd_->context().forget_async_events(this);
+  pd_->users()--;
+}
 
 transport::Nic& Srq::nic() const noexcept { return pd_->context().nic(); }
 
