@@ -1,0 +1,241 @@
+// uroce::devices() and uroce::Context over verbs::Context.
+#include <poll.h>
+
+#include <cerrno>
+
+#include "impl.hpp"
+#include "transport/nic.hpp"
+
+namespace uroce {
+namespace {
+
+DeviceInfo to_info(const verbs::DeviceConfig& c) {
+  DeviceInfo d;
+  d.name = c.name;
+  d.gids = c.gids;
+  d.udp_port = c.udp_port;
+  d.mtu = c.mtu;
+  return d;
+}
+
+DeviceAttributes to_attr(const verbs::DeviceAttr& a) {
+  DeviceAttributes d;
+  d.max_mr_size = a.max_mr_size;
+  d.page_size_cap = a.page_size_cap;
+  d.node_guid = a.node_guid;
+  d.sys_image_guid = a.sys_image_guid;
+  d.max_qp = a.max_qp;
+  d.max_qp_wr = a.max_qp_wr;
+  d.max_sge = a.max_sge;
+  d.max_cq = a.max_cq;
+  d.max_cqe = a.max_cqe;
+  d.max_mr = a.max_mr;
+  d.max_pd = a.max_pd;
+  d.max_qp_rd_atom = a.max_qp_rd_atom;
+  d.max_qp_init_rd_atom = a.max_qp_init_rd_atom;
+  d.max_srq = a.max_srq;
+  d.max_srq_wr = a.max_srq_wr;
+  d.max_srq_sge = a.max_srq_sge;
+  d.max_ah = a.max_ah;
+  d.max_inline = a.max_inline;
+  return d;
+}
+
+}  // namespace
+
+Result<std::vector<DeviceInfo>> devices() {
+  auto cfgs = verbs::devices_from_env();
+  if (!cfgs.ok()) return cfgs.status();
+  std::vector<DeviceInfo> out;
+  for (const auto& c : *cfgs) out.push_back(to_info(c));
+  return out;
+}
+
+Mtu PortAttributes::active_mtu() const noexcept {
+  Mtu m = Mtu::m256;
+  for (Mtu c : {Mtu::m512, Mtu::m1024, Mtu::m2048, Mtu::m4096})
+    if (mtu_bytes(c) <= active_mtu_bytes) m = c;
+  return m;
+}
+
+Result<Context> Context::open(const DeviceInfo& device) {
+  verbs::DeviceConfig cfg;
+  cfg.name = device.name;
+  cfg.gids = device.gids;
+  cfg.udp_port = device.udp_port;
+  cfg.mtu = device.mtu;
+  auto ctx = verbs::Context::open(cfg);
+  if (!ctx.ok()) return ctx.status();
+  auto impl = std::make_unique<detail::ContextImpl>();
+  impl->ctx = std::move(*ctx);
+  const verbs::Context& c = *impl->ctx;
+  impl->info = to_info(c.config());
+  impl->dev_attr = to_attr(c.device_attr());
+  impl->port_attr.active_mtu_bytes = c.port_attr().active_mtu_bytes;
+  impl->port_attr.max_mtu_bytes = c.port_attr().max_mtu_bytes;
+  impl->port_attr.gid_tbl_len = c.port_attr().gid_tbl_len;
+  impl->port_attr.max_msg_sz = c.port_attr().max_msg_sz;
+  return detail::ContextImpl::make(std::move(impl));
+}
+
+Result<Context> Context::open(std::string_view name) {
+  auto devs = devices();
+  if (!devs.ok()) return devs.status();
+  std::string names;
+  for (const DeviceInfo& d : *devs) {
+    if (d.name == name) return open(d);
+    names += (names.empty() ? "" : ", ") + d.name;
+  }
+  return err::from_errno(ENODEV, "no device named '" + std::string(name) +
+                                     "' (UROCE_ADDR gives: " + names + ")");
+}
+
+Context::Context(std::unique_ptr<detail::ContextImpl> impl) noexcept : impl_(std::move(impl)) {}
+Context::Context(Context&&) noexcept = default;
+
+Context& Context::operator=(Context&& o) noexcept {
+  if (this != &o) {
+    if (impl_) detail::destroy_children_first(impl_, impl_->children.load(), "Context");
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+
+Context::~Context() {
+  if (impl_) detail::destroy_children_first(impl_, impl_->children.load(), "Context");
+}
+
+const DeviceInfo& Context::info() const noexcept { return impl_->info; }
+const std::string& Context::name() const noexcept { return impl_->info.name; }
+const DeviceAttributes& Context::device_attr() const noexcept { return impl_->dev_attr; }
+const PortAttributes& Context::port_attr() const noexcept { return impl_->port_attr; }
+
+Result<IpAddr> Context::gid(unsigned index) const {
+  const auto& gids = impl_->info.gids;
+  if (index >= gids.size())
+    return err::inval("GID index " + std::to_string(index) + " is out of range (" + impl_->info.name +
+                      " has " + std::to_string(gids.size()) + " GID" +
+                      (gids.size() == 1 ? "" : "s") + ")");
+  return gids[index];
+}
+
+Endpoint Context::local_endpoint() const noexcept { return impl_->ctx->nic().local(); }
+
+std::vector<Counter> Context::counters() const {
+  transport::Nic& nic = impl_->ctx->nic();
+  transport::Counters snap;
+  {
+    std::lock_guard g(nic.mu());
+    snap = nic.counters();
+  }
+  std::vector<Counter> out;
+  snap.for_each([&](const char* name, uint64_t v) { out.push_back(Counter{name, v}); });
+  return out;
+}
+
+Result<uint64_t> Context::counter(std::string_view name) const {
+  for (const Counter& c : counters())
+    if (c.name == name) return c.value;
+  return err::noent("'" + std::string(name) + "' is not a NIC counter");
+}
+
+int Context::async_fd() const noexcept { return impl_->ctx->async_fd(); }
+
+Result<AsyncEvent> Context::get_async_event(int timeout_ms) {
+  if (timeout_ms >= 0) {
+    pollfd p{impl_->ctx->async_fd(), POLLIN, 0};
+    int r;
+    do r = ::poll(&p, 1, timeout_ms);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return err::from_errno(errno, "poll on the async event fd");
+    if (r == 0)
+      return err::from_errno(ETIMEDOUT, "no async event within " + std::to_string(timeout_ms) + " ms");
+  }
+  auto ev = impl_->ctx->get_async_event();
+  if (!ev.ok()) return ev.status();
+  AsyncEvent out;
+  out.type = ev->type;
+  detail::ContextImpl& c = *impl_;
+  std::lock_guard g(c.mu);
+  switch (ev->type) {
+    case AsyncEventType::cq_err:
+      if (auto it = c.cqs.find(ev->element); it != c.cqs.end()) out.cq = it->second->owner;
+      break;
+    case AsyncEventType::srq_err:
+    case AsyncEventType::srq_limit_reached:
+      if (auto it = c.srqs.find(ev->element); it != c.srqs.end()) out.srq = it->second->owner;
+      break;
+    case AsyncEventType::qp_fatal:
+    case AsyncEventType::qp_req_err:
+    case AsyncEventType::qp_access_err:
+    case AsyncEventType::comm_est:
+    case AsyncEventType::sq_drained:
+    case AsyncEventType::path_mig:
+    case AsyncEventType::path_mig_err:
+    case AsyncEventType::qp_last_wqe_reached:
+      if (auto it = c.qps.find(ev->element); it != c.qps.end()) {
+        out.qp = it->second->owner;
+        out.qp_num = it->second->qp->qpn();
+      }
+      break;
+    default: break;
+  }
+  return out;
+}
+
+Result<ProtectionDomain> Context::alloc_pd() {
+  auto impl = std::make_unique<detail::PdImpl>();
+  impl->pd = std::make_unique<verbs::Pd>(*impl_->ctx);
+  impl->ctx = impl_.get();
+  ++impl_->children;
+  return ProtectionDomain(std::move(impl));
+}
+
+Result<CompletionChannel> Context::create_comp_channel() {
+  auto ch = verbs::CompChannel::create(*impl_->ctx);
+  if (!ch.ok()) return ch.status();
+  auto impl = std::make_unique<detail::ChannelImpl>();
+  impl->ch = std::move(*ch);
+  impl->ctx = impl_.get();
+  ++impl_->children;
+  return CompletionChannel(std::move(impl));
+}
+
+Result<CompletionQueue> Context::create_cq(uint32_t cqe, CompletionChannel* channel) {
+  if (channel && !channel->impl_) return err::inval("create_cq: the completion channel was moved from");
+  auto impl = std::make_unique<detail::CqImpl>();
+  auto cq = verbs::Cq::create(*impl_->ctx, cqe, channel ? channel->impl_->ch.get() : nullptr,
+                              impl.get());
+  if (!cq.ok()) return cq.status();
+  impl->cq = std::move(*cq);
+  impl->ctx = impl_.get();
+  ++impl_->children;
+  impl_->track(impl_->cqs, impl->cq.get(), impl.get());
+  return CompletionQueue(std::move(impl));
+}
+
+namespace detail {
+
+// An impl whose creation failed has no core object and was never counted.
+
+ChannelImpl::~ChannelImpl() {
+  if (!ch) return;
+  ch.reset();
+  --ctx->children;
+}
+
+CqImpl::~CqImpl() {
+  if (!cq) return;
+  ctx->untrack(ctx->cqs, cq.get());
+  cq.reset();
+  --ctx->children;
+}
+
+PdImpl::~PdImpl() {
+  if (!pd) return;
+  pd.reset();
+  --ctx->children;
+}
+
+}  // namespace detail
+}  // namespace uroce
