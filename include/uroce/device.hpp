@@ -37,35 +37,9 @@ struct DeviceInfo {
 // UROCE_PORT (default 4791).  EINVAL if either variable is malformed.
 Result<std::vector<DeviceInfo>> devices();
 
-// Limits the NIC enforces (what ibv_query_device reports).
-struct DeviceAttributes {
-  uint64_t max_mr_size = 0;
-  uint64_t page_size_cap = 0;
-  uint64_t node_guid = 0;
-  uint64_t sys_image_guid = 0;
-  uint32_t max_qp = 0;
-  uint32_t max_qp_wr = 0;
-  uint32_t max_sge = 0;
-  uint32_t max_cq = 0;
-  uint32_t max_cqe = 0;
-  uint32_t max_mr = 0;
-  uint32_t max_pd = 0;
-  uint32_t max_qp_rd_atom = 0;
-  uint32_t max_qp_init_rd_atom = 0;
-  uint32_t max_srq = 0;
-  uint32_t max_srq_wr = 0;
-  uint32_t max_srq_sge = 0;
-  uint32_t max_ah = 0;
-  uint32_t max_inline = 0;
-};
-
-struct PortAttributes {
-  uint32_t active_mtu_bytes = 0;  // largest path MTU a QP of this port may use
-  uint32_t max_mtu_bytes = 0;
-  uint32_t gid_tbl_len = 0;
-  uint32_t max_msg_sz = 0;
-  Mtu active_mtu() const noexcept;
-};
+// Limits the NIC enforces and port properties (uroce/types.hpp).
+using DeviceAttributes = verbs::DeviceAttr;
+using PortAttributes = verbs::PortAttr;
 
 // One NIC counter (packets, ACKs, retransmissions, ...).
 struct Counter {

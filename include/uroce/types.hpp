@@ -191,6 +191,47 @@ struct QpAttr {
   bool en_sqd_async_notify = false;
 };
 
+// Limits the NIC really enforces (what ibv_query_device reports).
+struct DeviceAttr {
+  uint64_t max_mr_size = ~0ull;
+  uint64_t page_size_cap = 4096;
+  uint32_t max_qp = (1u << 14) - 2;
+  uint32_t max_qp_wr;
+  uint32_t max_sge;
+  uint32_t max_cq;
+  uint32_t max_cqe;
+  uint32_t max_mr;
+  uint32_t max_pd = 1u << 20;
+  uint32_t max_qp_rd_atom;
+  uint32_t max_qp_init_rd_atom;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t max_ah = 1u << 20;
+  uint32_t max_inline;
+  uint16_t max_pkeys = 1;
+  uint64_t sys_image_guid = 0;
+  uint64_t node_guid = 0;
+  uint32_t vendor_id = 0;
+  uint32_t vendor_part_id = 0;
+  uint32_t hw_ver = 0;
+};
+
+struct PortAttr {
+  uint32_t active_mtu_bytes = 4096;   // path MTU ceiling of this port
+  uint32_t max_mtu_bytes = 4096;
+  uint32_t gid_tbl_len = 1;
+  uint32_t max_msg_sz = 1u << 31;
+
+  // The largest IB MTU not above active_mtu_bytes.
+  Mtu active_mtu() const noexcept {
+    Mtu m = Mtu::m256;
+    for (Mtu c : {Mtu::m512, Mtu::m1024, Mtu::m2048, Mtu::m4096})
+      if (mtu_bytes(c) <= active_mtu_bytes) m = c;
+    return m;
+  }
+};
+
 enum class AsyncEventType : uint32_t {
   cq_err = 0, qp_fatal, qp_req_err, qp_access_err, comm_est, sq_drained, path_mig,
   path_mig_err, device_fatal, port_active, port_err, lid_change, pkey_change, sm_change,

@@ -18,29 +18,6 @@ DeviceInfo to_info(const verbs::DeviceConfig& c) {
   return d;
 }
 
-DeviceAttributes to_attr(const verbs::DeviceAttr& a) {
-  DeviceAttributes d;
-  d.max_mr_size = a.max_mr_size;
-  d.page_size_cap = a.page_size_cap;
-  d.node_guid = a.node_guid;
-  d.sys_image_guid = a.sys_image_guid;
-  d.max_qp = a.max_qp;
-  d.max_qp_wr = a.max_qp_wr;
-  d.max_sge = a.max_sge;
-  d.max_cq = a.max_cq;
-  d.max_cqe = a.max_cqe;
-  d.max_mr = a.max_mr;
-  d.max_pd = a.max_pd;
-  d.max_qp_rd_atom = a.max_qp_rd_atom;
-  d.max_qp_init_rd_atom = a.max_qp_init_rd_atom;
-  d.max_srq = a.max_srq;
-  d.max_srq_wr = a.max_srq_wr;
-  d.max_srq_sge = a.max_srq_sge;
-  d.max_ah = a.max_ah;
-  d.max_inline = a.max_inline;
-  return d;
-}
-
 }  // namespace
 
 Result<std::vector<DeviceInfo>> devices() {
@@ -51,12 +28,6 @@ Result<std::vector<DeviceInfo>> devices() {
   return out;
 }
 
-Mtu PortAttributes::active_mtu() const noexcept {
-  Mtu m = Mtu::m256;
-  for (Mtu c : {Mtu::m512, Mtu::m1024, Mtu::m2048, Mtu::m4096})
-    if (mtu_bytes(c) <= active_mtu_bytes) m = c;
-  return m;
-}
 
 Result<Context> Context::open(const DeviceInfo& device) {
   verbs::DeviceConfig cfg;
@@ -70,11 +41,8 @@ Result<Context> Context::open(const DeviceInfo& device) {
   impl->ctx = std::move(*ctx);
   const verbs::Context& c = *impl->ctx;
   impl->info = to_info(c.config());
-  impl->dev_attr = to_attr(c.device_attr());
-  impl->port_attr.active_mtu_bytes = c.port_attr().active_mtu_bytes;
-  impl->port_attr.max_mtu_bytes = c.port_attr().max_mtu_bytes;
-  impl->port_attr.gid_tbl_len = c.port_attr().gid_tbl_len;
-  impl->port_attr.max_msg_sz = c.port_attr().max_msg_sz;
+  impl->dev_attr = c.device_attr();
+  impl->port_attr = c.port_attr();
   return detail::ContextImpl::make(std::move(impl));
 }
 

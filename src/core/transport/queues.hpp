@@ -4,9 +4,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/ip_addr.hpp"
+#include "common/status.hpp"
 #include "verbs/types.hpp"
 #include "wire/headers.hpp"
 
@@ -88,6 +91,11 @@ class WorkQueue {
   uint32_t cap_ = 0, max_wr_ = 0, max_sge_ = 1, inline_bytes_ = 0;
   uint32_t head_ = 0, tail_ = 0;
 };
+
+// Appends receive WRs to an RQ or SRQ, stopping at the first that does not
+// fit (EINVAL: too many SGEs, ENOMEM: queue full); *bad = its index.
+Status post_recv_wrs(WorkQueue<RecvWqe>& q, std::span<const verbs::RecvWr> wrs, size_t* bad,
+                     const char* queue_name, const char* sge_limit);
 
 // Requester + completer state (IBA 9.7: requester side of RC/UC/UD).
 struct RequesterState {

@@ -36,39 +36,6 @@ struct DeviceConfig {
 // device each; default 127.0.0.1) and UROCE_PORT (default 4791).
 Result<std::vector<DeviceConfig>> devices_from_env();
 
-// Limits the core really enforces (ibv_query_device reports these).
-struct DeviceAttr {
-  uint64_t max_mr_size = ~0ull;
-  uint64_t page_size_cap = 4096;
-  uint32_t max_qp = (1u << 14) - 2;
-  uint32_t max_qp_wr;
-  uint32_t max_sge;
-  uint32_t max_cq;
-  uint32_t max_cqe;
-  uint32_t max_mr;
-  uint32_t max_pd = 1u << 20;
-  uint32_t max_qp_rd_atom;
-  uint32_t max_qp_init_rd_atom;
-  uint32_t max_srq;
-  uint32_t max_srq_wr;
-  uint32_t max_srq_sge;
-  uint32_t max_ah = 1u << 20;
-  uint32_t max_inline;
-  uint16_t max_pkeys = 1;
-  uint64_t sys_image_guid = 0;
-  uint64_t node_guid = 0;
-  uint32_t vendor_id = 0;
-  uint32_t vendor_part_id = 0;
-  uint32_t hw_ver = 0;
-};
-
-struct PortAttr {
-  uint32_t active_mtu_bytes = 4096;   // path MTU ceiling of this port
-  uint32_t max_mtu_bytes = 4096;
-  uint32_t gid_tbl_len = 1;
-  uint32_t max_msg_sz = 1u << 31;
-};
-
 struct AsyncEvent {
   AsyncEventType type;
   void* element = nullptr;  // the Qp*, Cq*, Srq* concerned (core object), or nullptr

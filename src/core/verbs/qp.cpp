@@ -369,37 +369,13 @@ Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
 
 Status Qp::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
   std::lock_guard g(nic_->mu());
-  size_t i = 0;
-  Status result;
-  if (init_.srq) {
-    result = err::inval("post_recv on a QP that uses an SRQ (post to the SRQ)");
-  } else if (attr_.qp_state == QpState::reset) {
-    result = err::inval("post_recv on a QP in RESET");
-  } else {
-    for (; i < wrs.size(); ++i) {
-      const RecvWr& wr = wrs[i];
-      if (wr.sg_list.size() > rq_.max_sge()) {
-        result = err::inval("num_sge " + std::to_string(wr.sg_list.size()) + " above max_recv_sge " +
-                            std::to_string(rq_.max_sge()));
-        break;
-      }
-      if (rq_.full()) {
-        result = err::nomem("receive queue full (" + std::to_string(rq_.max_wr()) + " WRs)");
-        break;
-      }
-      const uint32_t idx = rq_.tail();
-      transport::RecvWqe& w = rq_.push();
-      w.wr_id = wr.wr_id;
-      w.num_sge = uint16_t(wr.sg_list.size());
-      w.length = 0;
-      for (size_t k = 0; k < wr.sg_list.size(); ++k) {
-        rq_.sges(idx)[k] = wr.sg_list[k];
-        w.length += wr.sg_list[k].length;
-      }
-    }
-    if (attr_.qp_state == QpState::err) flush_locked();
+  if (init_.srq || attr_.qp_state == QpState::reset) {
+    if (bad) *bad = 0;
+    return err::inval(init_.srq ? "post_recv on a QP that uses an SRQ (post to the SRQ)"
+                                : "post_recv on a QP in RESET");
   }
-  if (bad) *bad = i;
+  Status result = transport::post_recv_wrs(rq_, wrs, bad, "receive queue", "max_recv_sge");
+  if (attr_.qp_state == QpState::err) flush_locked();
   return result;
 }
 

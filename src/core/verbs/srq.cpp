@@ -29,30 +29,7 @@ transport::Nic& Srq::nic() const noexcept { return pd_->context().nic(); }
 
 Status Srq::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
   std::lock_guard g(nic().mu());
-  size_t i = 0;
-  Status result;
-  for (; i < wrs.size(); ++i) {
-    const RecvWr& wr = wrs[i];
-    if (wr.sg_list.size() > q_.max_sge()) {
-      result = err::inval("num_sge above the SRQ's max_sge " + std::to_string(q_.max_sge()));
-      break;
-    }
-    if (q_.full()) {
-      result = err::nomem("shared receive queue full");
-      break;
-    }
-    const uint32_t idx = q_.tail();
-    transport::RecvWqe& w = q_.push();
-    w.wr_id = wr.wr_id;
-    w.num_sge = uint16_t(wr.sg_list.size());
-    w.length = 0;
-    for (size_t k = 0; k < wr.sg_list.size(); ++k) {
-      q_.sges(idx)[k] = wr.sg_list[k];
-      w.length += wr.sg_list[k].length;
-    }
-  }
-  if (bad) *bad = i;
-  return result;
+  return transport::post_recv_wrs(q_, wrs, bad, "shared receive queue", "the SRQ's max_sge");
 }
 
 Status Srq::modify(const SrqAttr& attr, uint32_t mask) {
