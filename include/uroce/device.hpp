@@ -41,6 +41,12 @@ Result<std::vector<DeviceInfo>> devices();
 using DeviceAttributes = verbs::DeviceAttr;
 using PortAttributes = verbs::PortAttr;
 
+// User and kernel CPU time.
+struct CpuTime {
+  uint64_t user_us = 0;
+  uint64_t system_us = 0;
+};
+
 // One NIC counter (packets, ACKs, retransmissions, ...).
 struct Counter {
   std::string name{};
@@ -89,6 +95,9 @@ class Context {
   // A snapshot of the NIC's counters, in a fixed order.  Contexts of the
   // same device in one process share a NIC, hence its counters.
   std::vector<Counter> counters() const;
+  // CPU time used by this device's progress thread (the library's own work
+  // for the passive side, timers and ACKs), as of its last sleep.
+  CpuTime progress_cpu() const noexcept;
   // One counter by name; ENOENT for a name that is not a counter.
   Result<uint64_t> counter(std::string_view name) const;
 

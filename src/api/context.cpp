@@ -89,6 +89,11 @@ Result<IpAddr> Context::gid(unsigned index) const {
 
 Endpoint Context::local_endpoint() const noexcept { return impl_->ctx->nic().local(); }
 
+CpuTime Context::progress_cpu() const noexcept {
+  const auto t = impl_->ctx->nic().progress_cpu();
+  return {t.user_us, t.system_us};
+}
+
 std::vector<Counter> Context::counters() const {
   transport::Nic& nic = impl_->ctx->nic();
   transport::Counters snap;

@@ -105,6 +105,17 @@ class Nic {
 
   void start_progress_thread();
 
+  // CPU time the progress thread has used, as of its last sleep (it only
+  // uses CPU while awake, and records getrusage before every sleep).
+  struct ThreadCpu {
+    uint64_t user_us = 0;
+    uint64_t system_us = 0;
+  };
+  ThreadCpu progress_cpu() const noexcept {
+    return {thread_user_us_.load(std::memory_order_relaxed),
+            thread_sys_us_.load(std::memory_order_relaxed)};
+  }
+
  private:
   explicit Nic(const NicConfig& cfg);
   Status open_io(const IoFactory* factory);
@@ -152,6 +163,7 @@ class Nic {
   std::atomic<uint64_t> app_activity_{0};  // bumped by every application-driven poll
   std::atomic<int> app_waiting_{0};        // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
+  std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };
 
 }  // namespace uroce::transport

@@ -1,5 +1,6 @@
 // Who runs the protocol, and when (see nic.hpp for the model).
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -125,6 +126,13 @@ void Nic::progress_thread_main() noexcept {
     if (sleep_until != INT64_MAX) {
       const int64_t ns = sleep_until - Clock::now().time_since_epoch().count();
       timeout_ms = ns <= 0 ? 0 : int((ns + 999'999) / 1'000'000);
+    }
+    rusage ru;
+    if (::getrusage(RUSAGE_THREAD, &ru) == 0) {
+      thread_user_us_.store(uint64_t(ru.ru_utime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec,
+                            std::memory_order_relaxed);
+      thread_sys_us_.store(uint64_t(ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_stime.tv_usec,
+                           std::memory_order_relaxed);
     }
     epoll_event evs[2];
     const int n = ::epoll_wait(epfd_, evs, 2, timeout_ms);
