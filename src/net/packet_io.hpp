@@ -25,6 +25,12 @@ struct TxPacket {
   std::span<const uint8_t> body;
   std::span<const uint8_t> tail;
   uint8_t tos = 0;  // IP TOS / traffic class (DSCP + ECN)
+  // On the first packet of a GSO train: this packet and the next
+  // gso_segments - 1 leave as one UDP GSO send (same destination and TOS,
+  // all the size of the first but the last, which may be shorter).  The
+  // kernel cuts the train into datagrams whose IPv4 IDs count up from 0,
+  // so packet i of a train carries the ICRC for IPv4 ID i.  0 or 1: alone.
+  uint16_t gso_segments = 0;
 
   size_t size() const noexcept { return head.size() + body.size() + tail.size(); }
 };
@@ -38,6 +44,9 @@ struct RxPacket {
   uint8_t tos = 0;          // IP TOS / traffic class as received (ECN bits)
   uint8_t ttl = 0;          // IPv4 TTL / IPv6 hop limit as received
   bool truncated = false;   // larger than the receive buffer (to be dropped)
+  // Index of this packet in a GRO-coalesced datagram: the IPv4 ID its sender
+  // most likely used (see TxPacket::gso_segments).  0 for a lone datagram.
+  uint16_t ipv4_id_hint = 0;
 };
 
 struct IoStats {
@@ -75,6 +84,10 @@ class PacketIo {
 
   // Largest UDP payload this I/O can carry.
   virtual size_t max_payload() const noexcept = 0;
+
+  // Longest GSO train send_batch() takes (see TxPacket::gso_segments); 0
+  // when this I/O cannot send trains.
+  virtual uint16_t gso_max_segments() const noexcept { return 0; }
 
   virtual IoStats stats() const noexcept = 0;
 };

@@ -1,6 +1,7 @@
 #include "net/udp_io.hpp"
 
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -29,11 +30,13 @@ constexpr long kTxRetryWaitNs = 50'000;
 constexpr size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 struct alignas(cmsghdr) TxControl {
-  uint8_t b[CMSG_SPACE(sizeof(int))];
+  uint8_t b[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t))];  // TOS + UDP_SEGMENT
 };
+// A GRO datagram holds up to 64 KiB.
+constexpr size_t kGroBufSize = 65536;
 struct alignas(cmsghdr) RxControl {
-  // pktinfo + TOS/TCLASS + TTL/HOPLIMIT + drop count, and room for one more.
-  uint8_t b[CMSG_SPACE(sizeof(in6_pktinfo)) + 4 * CMSG_SPACE(sizeof(int))];
+  // pktinfo + TOS/TCLASS + TTL/HOPLIMIT + drop count + GRO size, and room for one more.
+  uint8_t b[CMSG_SPACE(sizeof(in6_pktinfo)) + 5 * CMSG_SPACE(sizeof(int))];
 };
 
 struct FreeDeleter {
@@ -67,11 +70,23 @@ int set_buffer(int fd, int force_opt, int opt, int bytes) {
 
 }  // namespace
 
+// What recvmmsg said about one datagram.
+struct RxMeta {
+  Endpoint src;
+  IpAddr dst;
+  uint8_t tos = 0, ttl = 0;
+  size_t len = 0;
+  size_t gso = 0;  // GRO segment size, 0 for a plain datagram
+  bool truncated = false;
+};
+
 struct UdpIo::Rings {
   std::array<mmsghdr, kMaxBatch> tx_msgs{};
-  std::array<iovec, 3 * kMaxBatch> tx_iov{};
+  std::array<iovec, 3 * kMaxBatch> tx_iov{};  // a batch has at most kMaxBatch packets
+  std::array<uint16_t, kMaxBatch> tx_pkts{};  // packets in each message (GSO trains)
   std::array<sockaddr_storage, kMaxBatch> tx_addr{};
   std::array<TxControl, kMaxBatch> tx_ctl{};
+  std::array<RxMeta, kMaxBatch> rx_meta{};
 
   std::array<mmsghdr, kMaxBatch> rx_msgs{};
   std::array<iovec, kMaxBatch> rx_iov{};
@@ -94,7 +109,6 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   io->v6_ = !cfg.local.is_v4();
   io->batch_ = cfg.batch;
   io->max_payload_ = cfg.max_payload;
-  io->rx_buf_size_ = round_up(cfg.max_payload + kRxMargin, kRxAlign);
 
   const int family = io->v6_ ? AF_INET6 : AF_INET;
   io->fd_.reset(::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
@@ -117,6 +131,13 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
     UROCE_TRY(set_int(fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL"));
   }
   UROCE_TRY(set_int(fd, SOL_SOCKET, SO_RXQ_OVFL, 1, "SO_RXQ_OVFL"));
+  if (cfg.gso) {
+    int seg = 0;
+    socklen_t sl = sizeof seg;
+    io->gso_ = ::getsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, &sl) == 0 &&
+               set_int(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO").ok();
+  }
+  io->rx_buf_size_ = round_up((io->gso_ ? kGroBufSize : cfg.max_payload) + kRxMargin, kRxAlign);
   io->rcvbuf_ = set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.rcvbuf);
   io->sndbuf_ = set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.sndbuf);
 
@@ -152,9 +173,7 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   if (!r.rx_bufs) return err::nomem("UdpIo: " + std::to_string(total) + " bytes of receive buffers");
   std::memset(r.rx_bufs.get(), 0, total);
   for (size_t i = 0; i < kMaxBatch; ++i) {
-    msghdr& tx = r.tx_msgs[i].msg_hdr;
-    tx.msg_name = &r.tx_addr[i];
-    tx.msg_iov = &r.tx_iov[3 * i];
+    r.tx_msgs[i].msg_hdr.msg_name = &r.tx_addr[i];
     if (i >= io->batch_) continue;
     r.rx_iov[i] = {r.rx_bufs.get() + i * io->rx_buf_size_, io->rx_buf_size_};
     msghdr& rx = r.rx_msgs[i].msg_hdr;
@@ -179,9 +198,11 @@ size_t UdpIo::flush(size_t n) noexcept {
   while (i < n) {
     int got = ::sendmmsg(fd_.get(), &r.tx_msgs[i], unsigned(n - i), 0);
     if (got > 0) {
-      for (size_t j = i; j < i + size_t(got); ++j) stats_.tx_bytes += r.tx_msgs[j].msg_len;
+      for (size_t j = i; j < i + size_t(got); ++j) {
+        stats_.tx_bytes += r.tx_msgs[j].msg_len;
+        sent += r.tx_pkts[j];
+      }
       i += size_t(got);
-      sent += size_t(got);
       tries = 0;
       continue;
     }
@@ -189,15 +210,15 @@ size_t UdpIo::flush(size_t n) noexcept {
     if (e == EINTR) continue;
     if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS) {
       if (tries++ < kTxRetries && wait_writable()) continue;
-      UROCE_LOG(debug, "udp: send buffer full (%s), dropping %zu packets", std::strerror(e), n - i);
-      stats_.tx_errors += n - i;
+      UROCE_LOG(debug, "udp: send buffer full (%s), dropping %zu messages", std::strerror(e), n - i);
+      for (size_t j = i; j < n; ++j) stats_.tx_errors += r.tx_pkts[j];
       congested_ = true;
       break;
     }
     // The kernel refused this one packet (EPERM: a firewall DROP, EMSGSIZE,
     // ENETUNREACH, ...): count it and go on with the next.
     UROCE_LOG(debug, "udp: sendmmsg: %s", std::strerror(e));
-    ++stats_.tx_errors;
+    stats_.tx_errors += r.tx_pkts[i];
     ++i;
   }
   stats_.tx_packets += sent;
@@ -206,37 +227,66 @@ size_t UdpIo::flush(size_t n) noexcept {
 
 size_t UdpIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   Rings& r = *r_;
-  size_t n = 0, sent = 0, k = 0;
+  size_t n = 0, sent = 0, k = 0, iov_used = 0;
   congested_ = false;
-  for (; k < pkts.size() && !congested_; ++k) {
+  while (k < pkts.size() && !congested_) {
     const TxPacket& p = pkts[k];
-    if (p.dst.addr.is_v4() == v6_ || p.size() > max_payload_) {  // wrong family / too big
-      ++stats_.tx_errors;
+    // A GSO train: the packets this one heads (or just itself).
+    size_t segs = 1;
+    if (gso_ && p.gso_segments > 1) segs = std::min<size_t>(p.gso_segments, pkts.size() - k);
+    bool ok = true;
+    for (size_t j = k; j < k + segs; ++j)
+      if (pkts[j].dst.addr.is_v4() == v6_ || pkts[j].size() > max_payload_) ok = false;
+    if (!ok) {  // wrong family / too big: the whole train is refused
+      stats_.tx_errors += segs;
+      k += segs;
       continue;
+    }
+    if (iov_used + 3 * segs > r.tx_iov.size()) {  // the iovec ring is full: send what we have
+      sent += flush(n);
+      n = 0;
+      iov_used = 0;
+      if (congested_) break;
     }
     msghdr& h = r.tx_msgs[n].msg_hdr;
     h.msg_namelen = p.dst.to_sockaddr(r.tx_addr[n]);
-    iovec* iov = h.msg_iov;
+    iovec* iov = &r.tx_iov[iov_used];
+    h.msg_iov = iov;
     size_t c = 0;
-    for (auto part : {p.head, p.body, p.tail})
-      if (!part.empty()) iov[c++] = {const_cast<uint8_t*>(part.data()), part.size()};
+    for (size_t j = k; j < k + segs; ++j)
+      for (auto part : {pkts[j].head, pkts[j].body, pkts[j].tail})
+        if (!part.empty()) iov[c++] = {const_cast<uint8_t*>(part.data()), part.size()};
     h.msg_iovlen = c;
+    iov_used += c;
+    r.tx_pkts[n] = uint16_t(segs);
+    h.msg_control = r.tx_ctl[n].b;
+    h.msg_controllen = sizeof r.tx_ctl[n].b;
+    size_t ctl = 0;
+    cmsghdr* cm = CMSG_FIRSTHDR(&h);
     if (p.tos != 0) {
-      h.msg_control = r.tx_ctl[n].b;
-      h.msg_controllen = sizeof r.tx_ctl[n].b;
-      cmsghdr* cm = CMSG_FIRSTHDR(&h);
       cm->cmsg_level = v6_ ? IPPROTO_IPV6 : IPPROTO_IP;
       cm->cmsg_type = v6_ ? IPV6_TCLASS : IP_TOS;
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       const int tos = p.tos;
       std::memcpy(CMSG_DATA(cm), &tos, sizeof tos);
-    } else {
-      h.msg_control = nullptr;
-      h.msg_controllen = 0;
+      ctl += CMSG_SPACE(sizeof(int));
+      cm = CMSG_NXTHDR(&h, cm);
     }
+    if (segs > 1) {
+      cm->cmsg_level = IPPROTO_UDP;
+      cm->cmsg_type = UDP_SEGMENT;
+      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t seg = uint16_t(p.size());
+      std::memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+      ctl += CMSG_SPACE(sizeof(uint16_t));
+    }
+    h.msg_controllen = ctl;
+    if (ctl == 0) h.msg_control = nullptr;
+    k += segs;
     if (++n == batch_) {
       sent += flush(n);
       n = 0;
+      iov_used = 0;
     }
   }
   if (n > 0 && !congested_) sent += flush(n);
@@ -245,64 +295,95 @@ size_t UdpIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   return sent;
 }
 
-size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
+void UdpIo::parse_rx(size_t i) noexcept {
   Rings& r = *r_;
-  const size_t want = std::min(out.size(), batch_);
-  if (want == 0) return 0;
-  for (size_t i = 0; i < want; ++i) {
-    msghdr& h = r.rx_msgs[i].msg_hdr;
-    h.msg_namelen = sizeof(sockaddr_storage);
-    h.msg_controllen = sizeof(RxControl);
-    h.msg_flags = 0;
-  }
-  // MSG_TRUNC: msg_len reports the datagram's real length.
-  const int got = ::recvmmsg(fd_.get(), r.rx_msgs.data(), unsigned(want), MSG_TRUNC, nullptr);
-  if (got <= 0) return 0;  // EAGAIN: nothing waiting
-  for (size_t i = 0; i < size_t(got); ++i) {
-    const msghdr& h = r.rx_msgs[i].msg_hdr;
-    const size_t len = r.rx_msgs[i].msg_len;
-    RxPacket& p = out[i];
-    p.truncated = (h.msg_flags & MSG_TRUNC) != 0 || len > max_payload_;
-    p.data = {static_cast<uint8_t*>(r.rx_iov[i].iov_base), std::min(len, rx_buf_size_)};
-    auto src = Endpoint::from_sockaddr(static_cast<const sockaddr*>(h.msg_name), h.msg_namelen);
-    p.src = src ? *src : Endpoint{};
-    p.dst = local_.addr;
-    p.tos = 0;
-    p.ttl = 0;
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm; cm = CMSG_NXTHDR(const_cast<msghdr*>(&h), cm)) {
-      const unsigned char* d = CMSG_DATA(cm);
-      int v = 0;
-      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL) {
-        uint32_t drops;
-        std::memcpy(&drops, d, sizeof drops);
-        stats_.rx_dropped = drops;
-      } else if (cm->cmsg_level == IPPROTO_IP) {
-        if (cm->cmsg_type == IP_PKTINFO) {
-          in_pktinfo pi;
-          std::memcpy(&pi, d, sizeof pi);
-          p.dst = IpAddr::from_in(pi.ipi_addr);
-        } else if (cm->cmsg_type == IP_TOS) {
-          p.tos = d[0];
-        } else if (cm->cmsg_type == IP_TTL) {
-          std::memcpy(&v, d, sizeof v);
-          p.ttl = uint8_t(v);
-        }
-      } else if (cm->cmsg_level == IPPROTO_IPV6) {
-        if (cm->cmsg_type == IPV6_PKTINFO) {
-          in6_pktinfo pi;
-          std::memcpy(&pi, d, sizeof pi);
-          p.dst = IpAddr::from_in6(pi.ipi6_addr);
-        } else if (cm->cmsg_type == IPV6_TCLASS || cm->cmsg_type == IPV6_HOPLIMIT) {
-          std::memcpy(&v, d, sizeof v);
-          (cm->cmsg_type == IPV6_TCLASS ? p.tos : p.ttl) = uint8_t(v);
-        }
+  const msghdr& h = r.rx_msgs[i].msg_hdr;
+  RxMeta& m = r.rx_meta[i];
+  m.len = r.rx_msgs[i].msg_len;
+  m.truncated = (h.msg_flags & MSG_TRUNC) != 0;
+  auto src = Endpoint::from_sockaddr(static_cast<const sockaddr*>(h.msg_name), h.msg_namelen);
+  m.src = src ? *src : Endpoint{};
+  m.dst = local_.addr;
+  m.tos = m.ttl = 0;
+  m.gso = 0;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm; cm = CMSG_NXTHDR(const_cast<msghdr*>(&h), cm)) {
+    const unsigned char* d = CMSG_DATA(cm);
+    int v = 0;
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL) {
+      uint32_t drops;
+      std::memcpy(&drops, d, sizeof drops);
+      stats_.rx_dropped = drops;
+    } else if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == UDP_GRO) {
+      std::memcpy(&v, d, sizeof v);
+      m.gso = v > 0 ? size_t(v) : 0;
+    } else if (cm->cmsg_level == IPPROTO_IP) {
+      if (cm->cmsg_type == IP_PKTINFO) {
+        in_pktinfo pi;
+        std::memcpy(&pi, d, sizeof pi);
+        m.dst = IpAddr::from_in(pi.ipi_addr);
+      } else if (cm->cmsg_type == IP_TOS) {
+        m.tos = d[0];
+      } else if (cm->cmsg_type == IP_TTL) {
+        std::memcpy(&v, d, sizeof v);
+        m.ttl = uint8_t(v);
+      }
+    } else if (cm->cmsg_level == IPPROTO_IPV6) {
+      if (cm->cmsg_type == IPV6_PKTINFO) {
+        in6_pktinfo pi;
+        std::memcpy(&pi, d, sizeof pi);
+        m.dst = IpAddr::from_in6(pi.ipi6_addr);
+      } else if (cm->cmsg_type == IPV6_TCLASS || cm->cmsg_type == IPV6_HOPLIMIT) {
+        std::memcpy(&v, d, sizeof v);
+        (cm->cmsg_type == IPV6_TCLASS ? m.tos : m.ttl) = uint8_t(v);
       }
     }
-    ++stats_.rx_packets;
-    stats_.rx_bytes += len;
-    if (p.truncated) ++stats_.rx_truncated;
   }
-  return size_t(got);
+  stats_.rx_bytes += m.len;
+}
+
+size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
+  Rings& r = *r_;
+  if (out.empty()) return 0;
+  if (rx_cur_ == rx_msgs_) {  // everything handed out: read more
+    for (size_t i = 0; i < batch_; ++i) {
+      msghdr& h = r.rx_msgs[i].msg_hdr;
+      h.msg_namelen = sizeof(sockaddr_storage);
+      h.msg_controllen = sizeof(RxControl);
+      h.msg_flags = 0;
+    }
+    // MSG_TRUNC: msg_len reports the datagram's real length.
+    const int got = ::recvmmsg(fd_.get(), r.rx_msgs.data(), unsigned(batch_), MSG_TRUNC, nullptr);
+    if (got <= 0) return 0;  // EAGAIN: nothing waiting
+    for (size_t i = 0; i < size_t(got); ++i) parse_rx(i);
+    rx_msgs_ = size_t(got);
+    rx_cur_ = rx_off_ = 0;
+    rx_seg_ = 0;
+  }
+  // Hand out packets; a GRO datagram is cut at its segment size.
+  size_t n = 0;
+  while (n < out.size() && rx_cur_ < rx_msgs_) {
+    const RxMeta& m = r.rx_meta[rx_cur_];
+    const size_t len = std::min(m.len, rx_buf_size_);
+    const size_t seg = m.gso ? std::min(m.gso, len - rx_off_) : len;
+    RxPacket& p = out[n++];
+    p.data = {static_cast<uint8_t*>(r.rx_iov[rx_cur_].iov_base) + rx_off_, seg};
+    p.truncated = m.truncated || seg > max_payload_;
+    p.src = m.src;
+    p.dst = m.dst;
+    p.tos = m.tos;
+    p.ttl = m.ttl;
+    p.ipv4_id_hint = rx_seg_;
+    ++stats_.rx_packets;
+    if (p.truncated) ++stats_.rx_truncated;
+    rx_off_ += seg;
+    ++rx_seg_;
+    if (rx_off_ >= len || seg == 0) {
+      ++rx_cur_;
+      rx_off_ = 0;
+      rx_seg_ = 0;
+    }
+  }
+  return n;
 }
 
 }  // namespace uroce::net

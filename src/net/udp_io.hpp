@@ -40,7 +40,14 @@ struct UdpConfig {
   int sndbuf = 4 << 20;
   size_t batch = 32;                      // datagrams per syscall, 1..kMaxBatch
   size_t max_payload = kDefaultMaxPayload;  // largest UDP payload, up to kMaxUdpPayload
+  // UDP GSO trains out and GRO-coalesced datagrams in: one trip through the
+  // kernel's UDP stack for up to kMaxGsoSegments packets.  Off if the kernel
+  // lacks UDP_SEGMENT/UDP_GRO.  Captures taken on the sending host then show
+  // a train as one frame (as with TCP segmentation offload).
+  bool gso = true;
 };
+
+inline constexpr uint16_t kMaxGsoSegments = 64;
 
 class UdpIo final : public PacketIo {
  public:
@@ -52,6 +59,7 @@ class UdpIo final : public PacketIo {
   size_t recv_batch(std::span<RxPacket> out) noexcept override;
   int wait_fd() const noexcept override { return fd_.get(); }
   size_t max_payload() const noexcept override { return max_payload_; }
+  uint16_t gso_max_segments() const noexcept override { return gso_ ? kMaxGsoSegments : 0; }
   IoStats stats() const noexcept override { return stats_; }
 
   // Socket buffer sizes in effect (as getsockopt reports them: the kernel
@@ -63,8 +71,11 @@ class UdpIo final : public PacketIo {
  private:
   struct Rings;  // the preallocated msghdr / iovec / cmsg / buffer arrays
   UdpIo() = default;
-  // Sends msgs_[0..n) and returns how many the kernel took; counts the rest.
+  // Sends msgs_[0..n) and returns how many packets the kernel took (a GSO
+  // message counts as its segments); counts the rest as errors.
   size_t flush(size_t n) noexcept;
+  // Reads the metadata of datagram i of the last recvmmsg into rx_meta.
+  void parse_rx(size_t i) noexcept;
   bool wait_writable() noexcept;
 
   UniqueFd fd_;
@@ -75,6 +86,11 @@ class UdpIo final : public PacketIo {
   size_t rx_buf_size_ = 0;
   int rcvbuf_ = 0, sndbuf_ = 0;
   bool congested_ = false;  // send_batch gave up on a full socket buffer
+  bool gso_ = false;        // UDP_SEGMENT + UDP_GRO in use
+  // Datagrams of the last recvmmsg not yet handed out (a GRO datagram may
+  // hold more packets than the caller had room for).
+  size_t rx_msgs_ = 0, rx_cur_ = 0, rx_off_ = 0;
+  uint16_t rx_seg_ = 0;
   std::unique_ptr<Rings> r_;
   IoStats stats_;
 };

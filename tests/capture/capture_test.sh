@@ -24,7 +24,9 @@ until grep -q "Capture started" "$dir/err" 2>/dev/null; do
   sleep 0.1
 done
 sleep 0.3
-"$traffic"
+# Per-packet frames: with UDP GSO (the default) a capture on the sending host
+# shows a train of packets as one frame, as TCP segmentation offload does.
+UROCE_GSO=0 "$traffic"
 rc=$?
 sleep 0.5
 kill -INT $tpid 2>/dev/null

@@ -208,6 +208,7 @@ TEST(UdpIo, DefaultPortFallsBackWhen4791IsTaken) {
 
 TEST(UdpIo, OversizeDatagramIsFlaggedTruncated) {
   UdpConfig cfg;
+  cfg.gso = false;  // with GRO the buffers are 64 KiB (udp_gso_test.cpp)
   cfg.max_payload = 1000;
   cfg.batch = 4;
   auto rx = open_io(kLo4, cfg);

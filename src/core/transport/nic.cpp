@@ -1,6 +1,8 @@
 #include "transport/nic.hpp"
 
+#include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "common/log.hpp"
 #include "net/registry.hpp"
@@ -67,11 +69,14 @@ Status Nic::open_io(const IoFactory* factory) {
     ucfg.local = cfg_.addr;
     ucfg.port = cfg_.port;
     ucfg.port_fallback = cfg_.port_fallback;
+    const char* gso = std::getenv("UROCE_GSO");
+    ucfg.gso = !(gso && std::string_view(gso) == "0");
     auto io = net::UdpIo::open(ucfg);
     if (!io.ok()) return io.status();
     io_ = std::move(*io);
   }
   local_ = io_->local();
+  tx_.set_gso_max(io_->gso_max_segments());
   if (registry_) {
     Status s = registry_->publish(local_.addr, local_.port);
     if (!s.ok()) UROCE_LOG(warn, "registry publish: %s", s.to_string().c_str());
@@ -218,7 +223,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
   ip.dst = raw.dst;
   ip.src_port = raw.src.port;
   ip.dst_port = local_.port;
-  ip.ipv4_id = 0;
+  ip.ipv4_id = raw.ipv4_id_hint;  // a GRO train's packet i: ID i (verify_icrc solves others)
   ip.ipv4_frag = 0x4000;
   switch (wire::verify_icrc(ip, raw.data)) {
     case wire::IcrcCheck::ok: break;

@@ -24,6 +24,7 @@ constexpr int kThreadRxRounds = 64;
 
 void Nic::drive() noexcept {
   app_activity_.fetch_add(1, std::memory_order_relaxed);
+  if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
   if (poll_rx() == 0) {
     if (!lazy_.empty()) flush_acks();
   } else if (!lazy_.empty()) {

@@ -18,14 +18,33 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   h.bth.pad = pad;
   const size_t hlen = wire::encode_headers(h, s.head);
   const size_t udp_len = hlen + body.size() + pad + wire::kIcrcLen;
-  wire::Icrc crc(ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
+  // Join the train in the making, or start one.  Packet i of a train gets
+  // IPv4 ID base + i from the kernel's segmentation; its ICRC covers that.
+  const bool join = gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ &&
+                    udp_len <= train_seg_ && train_bytes_ + udp_len <= 65000 &&
+                    pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
+  wire::IpUdpFields seg_ip = ip;
+  if (join) {
+    seg_ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
+    ++train_len_;
+    train_bytes_ += udp_len;
+    pkts_[train_first_].gso_segments = train_len_;
+    if (udp_len < train_seg_) train_closed_ = true;  // only the last may be shorter
+  } else {
+    train_first_ = n_;
+    train_len_ = 1;
+    train_bytes_ = train_seg_ = udp_len;
+    train_closed_ = gso_max_ < 2;
+  }
+  wire::Icrc crc(seg_ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
   crc.update(std::span<const uint8_t>(s.head + 12, hlen - 12));
   crc.update(body);
   std::memset(s.tail, 0, pad);
   crc.update(std::span<const uint8_t>(s.tail, pad));
   wire::put_icrc(crc.value(), s.tail + pad);
   pkts_[n_] = net::TxPacket{dst, std::span<const uint8_t>(s.head, hlen), body,
-                            std::span<const uint8_t>(s.tail, pad + wire::kIcrcLen), tos};
+                            std::span<const uint8_t>(s.tail, pad + wire::kIcrcLen), tos,
+                            uint16_t(join ? 0 : 1)};
   ++n_;
 }
 
@@ -36,6 +55,7 @@ void TxBatch::flush(net::PacketIo& io, Counters& c) noexcept {
   c.tx_errors += n_ - sent;
   for (size_t i = 0; i < n_; ++i) c.tx_bytes += pkts_[i].size();
   n_ = 0;
+  train_closed_ = true;
 }
 
 }  // namespace uroce::transport

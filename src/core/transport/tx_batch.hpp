@@ -23,6 +23,10 @@ class TxBatch {
 
   TxBatch();
 
+  // Packets to one destination of one size (the last may be shorter) form
+  // GSO trains of up to `n` packets (0/1: never; see net::TxPacket).
+  void set_gso_max(uint16_t n) noexcept { gso_max_ = n; }
+
   bool full() const noexcept { return n_ == kSlots; }
   size_t size() const noexcept { return n_; }
   // Scratch space for the body of the next packet (a gathered multi-SGE
@@ -47,6 +51,12 @@ class TxBatch {
   std::array<Slot, kSlots> slots_;
   std::array<net::TxPacket, kSlots> pkts_;
   size_t n_ = 0;
+  // the train being built: its first packet, length, bytes and segment size
+  uint16_t gso_max_ = 0;
+  size_t train_first_ = 0;
+  uint16_t train_len_ = 0;
+  size_t train_bytes_ = 0, train_seg_ = 0;
+  bool train_closed_ = true;
 };
 
 }  // namespace uroce::transport

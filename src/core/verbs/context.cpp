@@ -90,6 +90,14 @@ Result<std::vector<DeviceConfig>> devices_from_env() {
   return out;
 }
 
+uint64_t node_guid(const DeviceConfig& cfg) noexcept {
+  if (cfg.gids.empty()) return 0;
+  // A stable GUID from the address: 02:00:00 (locally administered) + low bytes.
+  const auto& b = cfg.gids[0].bytes();
+  return 0x0200000000000000ull | uint64_t(b[12]) << 24 | uint64_t(b[13]) << 16 |
+         uint64_t(b[14]) << 8 | b[15] | uint64_t(cfg.udp_port) << 32;
+}
+
 Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   if (cfg.gids.empty()) return err::inval("device " + cfg.name + " has no address");
   DeviceConfig c = cfg;
@@ -126,10 +134,7 @@ Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int asyn
   d.max_srq_wr = Srq::kMaxWr;
   d.max_srq_sge = Srq::kMaxSge;
   d.max_inline = Qp::kMaxInline;
-  // A stable GUID from the address: 02:00:00 (locally administered) + low bytes.
-  const auto& b = cfg_.gids[0].bytes();
-  d.node_guid = 0x0200000000000000ull | uint64_t(b[12]) << 24 | uint64_t(b[13]) << 16 |
-                uint64_t(b[14]) << 8 | b[15] | uint64_t(cfg_.udp_port) << 32;
+  d.node_guid = node_guid(cfg_);
   d.sys_image_guid = d.node_guid;
   port_attr_.active_mtu_bytes = cfg_.mtu;
   port_attr_.max_mtu_bytes = 4096;

@@ -36,6 +36,10 @@ struct DeviceConfig {
 // device each; default 127.0.0.1) and UROCE_PORT (default 4791).
 Result<std::vector<DeviceConfig>> devices_from_env();
 
+// The device's node GUID (what Context::device_attr().node_guid reports),
+// known without opening the device (ibv_get_device_guid needs it).
+uint64_t node_guid(const DeviceConfig& cfg) noexcept;
+
 struct AsyncEvent {
   AsyncEventType type;
   void* element = nullptr;  // the Qp*, Cq*, Srq* concerned (core object), or nullptr

@@ -44,6 +44,7 @@ Result<int> Cq::poll(std::span<Wc> out) {
   transport::Nic& n = nic();
   std::lock_guard g(n.mu());
   if (count_ == 0) n.drive();
+  else n.pump();  // posts waiting for a doorbell (Qp::post_send) leave now
   const int got = pop_locked(out);
   if (got == 0 && overflow_) return err::from_errno(EOVERFLOW, "completion queue overflowed");
   return got;

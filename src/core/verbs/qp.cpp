@@ -362,7 +362,11 @@ Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
     transport::retire(*nic_, *this);
   } else if (i > 0) {
     nic_->schedule(*this);
-    nic_->pump();
+    // Doorbell batching: an RC QP whose earlier packets are still
+    // unacknowledged sends new WRs at the next progress (the application's
+    // next poll or wait, or the ACK that arrives), so that WRs posted back to
+    // back leave together, in one GSO train.  An idle QP sends at once.
+    if (type() != QpType::rc || req_.una_psn == req_.next_psn) nic_->pump();
   }
   return result;
 }
