@@ -1,24 +1,45 @@
 #!/usr/bin/env bash
-# The two commands of the README:
+# The commands of the README:
 #
-#   ./run.sh demo [options]   build, then `uroce demo`: RDMA between two
-#                             processes over RoCEv2 on loopback (options go
-#                             to it: --addr, --size, --mtu)
+#   ./run.sh demo [options]   build, then `uroce pingpong --local`: seed 000's
+#                             ping-pong experiment (SEND/RECV busy-polling and
+#                             wait-for-notify, RDMA WRITE/READ signaled and
+#                             unsignaled, and TCP) between two processes on
+#                             loopback, ranked by round-trip time and CPU
+#                             (options go to it: --size, --iters, modes)
 #   ./run.sh test [options]   build, then run the test suite with ctest
-#                             (options go to ctest, e.g. -R '^api\.')
+#                             (options go to ctest, e.g. -R '^api\.'), in
+#                             stages, each in its own build directory:
+#                               plain  ./build       the whole suite
+#                               asan   ./build-asan  the whole suite under ASan + UBSan
+#                               tsan   ./build-tsan  the whole suite under TSan
+#                               fuzz   ./build-fuzz  the receive-path fuzzer (clang
+#                                      libFuzzer + ASan + UBSan) for 60 s
+#                             UROCE_TEST_STAGES picks some ("plain asan"),
+#                             UROCE_FUZZ_SECONDS sets the fuzzing time
+#   ./run.sh bench [options]  build, then bench/run: uroce against raw UDP and
+#                             kernel TCP, results in bench/results/latest
 #
 # On a fresh Debian 12 machine, as root, it first installs what the build
-# needs with apt-get; as another user it names what is missing.  Builds in
-# ./build (RelWithDebInfo).  Run it again and it only rebuilds what changed.
+# needs with apt-get (bench: also sockperf, iperf3 and gnuplot); as another
+# user it names what is missing.  Builds in ./build (RelWithDebInfo).  Run it
+# again and it only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# ibverbs-utils, perftest and qperf: unmodified verbs programs the test suite
+# runs on uroce's drop-in libibverbs.so.1 (tests/compat).
 PACKAGES=(cmake g++ make pkg-config python3 libgtest-dev libgmock-dev libisal-dev libcli11-dev
-          tshark iproute2 libibverbs-dev librdmacm-dev)
+          tshark iproute2 libibverbs-dev librdmacm-dev ibverbs-utils perftest qperf)
+# The soak over real kernel drops (iptables in network namespaces) and the
+# receive-path fuzzer (clang's libFuzzer).
+PACKAGES+=(iptables clang libclang-rt-14-dev)
+# What bench/run measures uroce against, and plots with (./run.sh bench).
+BENCH_PACKAGES=(sockperf iperf3 gnuplot-nox)
 BUILD_DIR=build
 
 usage() {
-  echo "usage: ./run.sh demo [uroce demo options] | ./run.sh test [ctest options]" >&2
+  echo "usage: ./run.sh demo [uroce pingpong options] | ./run.sh test [ctest options] | ./run.sh bench [bench/run options]" >&2
   exit 2
 }
 
@@ -42,25 +63,103 @@ ensure_packages() {
   apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-# build [target...]: configures once, then builds (everything by default).
-build() {
-  mkdir -p "$BUILD_DIR"
-  local log="$BUILD_DIR/build.log"
-  say "building in ./$BUILD_DIR (output in $log)"
-  if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-    if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1; then
+# build_in DIR [target...]: configures DIR once (with the cmake arguments in
+# the array CMAKE_ARGS), then builds (everything by default).  Returns 1 on
+# failure, with the errors on stderr.
+CMAKE_ARGS=()
+build_in() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  local log="$dir/build.log"
+  say "building in ./$dir (output in $log)"
+  if [[ ! -f "$dir/CMakeCache.txt" ]]; then
+    if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${CMAKE_ARGS[@]}" >"$log" 2>&1; then
       tail -n 40 "$log" >&2
       say "configuring failed (see $log)" >&2
-      exit 1
+      return 1
     fi
   fi
   local targets=()
   (($# > 0)) && targets=(--target "$@")
-  if ! cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}" >>"$log" 2>&1; then
+  if ! cmake --build "$dir" -j"$(nproc)" "${targets[@]}" >>"$log" 2>&1; then
     grep -E -A5 'error|Error' "$log" | tail -n 60 >&2 || tail -n 40 "$log" >&2
     say "the build failed (see $log)" >&2
-    exit 1
+    return 1
   fi
+}
+
+# build [target...]: the plain build in $BUILD_DIR; exits on failure.
+build() {
+  CMAKE_ARGS=()
+  build_in "$BUILD_DIR" "$@" || exit 1
+}
+
+# The sanitizer builds: -O1 (faster to build, still fast enough to run), line
+# tables for the reports, NDEBUG as in the plain build.
+SANITIZER_FLAGS=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+
+# run_tests [ctest options]: the stages of ./run.sh test; exit status 0 only
+# if every stage passed.
+run_tests() {
+  local stages=${UROCE_TEST_STAGES:-plain asan tsan fuzz} st failed=() t0
+  local ctest_opts=(--output-on-failure -j2 --timeout 600)
+  for st in $stages; do
+    t0=$SECONDS
+    say "stage $st"
+    case $st in
+      plain)
+        CMAKE_ARGS=()
+        if build_in "$BUILD_DIR"; then
+          ctest --test-dir "$BUILD_DIR" "${ctest_opts[@]}" "$@" || failed+=("$st")
+        else
+          failed+=("$st")
+        fi
+        ;;
+      asan)
+        CMAKE_ARGS=(-DUROCE_SANITIZE=address,undefined "${SANITIZER_FLAGS[@]}")
+        if build_in build-asan; then
+          ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+            ctest --test-dir build-asan "${ctest_opts[@]}" "$@" || failed+=("$st")
+        else
+          failed+=("$st")
+        fi
+        ;;
+      tsan)
+        CMAKE_ARGS=(-DUROCE_SANITIZE=thread "${SANITIZER_FLAGS[@]}")
+        if build_in build-tsan; then
+          # TSan is 5-15x slower: the soak moves less (same checks).
+          TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+            UROCE_SOAK_MIB=2 ctest --test-dir build-tsan "${ctest_opts[@]}" "$@" || failed+=("$st")
+        else
+          failed+=("$st")
+        fi
+        ;;
+      fuzz)
+        if ! command -v clang++ >/dev/null; then
+          say "clang++ not found: the fuzz stage is skipped" >&2
+          continue
+        fi
+        CMAKE_ARGS=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DUROCE_FUZZ=ON
+                    "-DUROCE_FUZZ_SECONDS=${UROCE_FUZZ_SECONDS:-60}")
+        if build_in build-fuzz rx_fuzz; then
+          ctest --test-dir build-fuzz "${ctest_opts[@]}" -R '^fuzz\.rx_fuzz$' || failed+=("$st")
+        else
+          failed+=("$st")
+        fi
+        ;;
+      *)
+        say "unknown test stage '$st' (plain, asan, tsan, fuzz)" >&2
+        failed+=("$st")
+        ;;
+    esac
+    say "stage $st took $((SECONDS - t0)) s"
+  done
+  if ((${#failed[@]} > 0)); then
+    say "FAILED stages: ${failed[*]}" >&2
+    return 1
+  fi
+  say "all stages passed ($stages) in $SECONDS s"
 }
 
 mode="${1:-}"
@@ -68,13 +167,18 @@ mode="${1:-}"
 case "$mode" in
   demo)
     ensure_packages
-    build uroce_tool  # the demo needs the tool only, not the test suite
-    exec "$BUILD_DIR/tools/uroce/uroce" demo "$@"
+    build uroce_tool  # the experiment needs the tool only, not the test suite
+    exec "$BUILD_DIR/tools/uroce/uroce" pingpong --local "$@"
     ;;
   test)
     ensure_packages
-    build
-    exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 300 "$@"
+    run_tests "$@"
+    ;;
+  bench)
+    PACKAGES+=("${BENCH_PACKAGES[@]}")
+    ensure_packages
+    build uroce_tool
+    exec python3 bench/run --build-dir "$BUILD_DIR" --no-build "$@"
     ;;
   *) usage ;;
 esac

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "uroce/completion.hpp"
+#include "uroce/faults.hpp"
 #include "uroce/fwd.hpp"
 #include "uroce/protection_domain.hpp"
 
@@ -30,6 +32,12 @@ struct DeviceInfo {
   uint16_t udp_port = 4791;
   // Port MTU in bytes; 0: derived from the interface that holds gids[0].
   uint32_t mtu = 0;
+  // Fault injection on the device's packets, to test against a bad network
+  // (uroce/faults.hpp).  Unset: the UROCE_FAULTS environment variable
+  // decides (devices() leaves it unset); set, even to FaultConfig{} (no
+  // faults), it overrides UROCE_FAULTS.  Contexts of one address in a
+  // process share a NIC: opening it again with other faults is EBUSY.
+  std::optional<FaultConfig> faults{};
 };
 
 // The devices of the environment: one per address of UROCE_ADDR
@@ -100,6 +108,13 @@ class Context {
   CpuTime progress_cpu() const noexcept;
   // One counter by name; ENOENT for a name that is not a counter.
   Result<uint64_t> counter(std::string_view name) const;
+  // The fault injection in effect on this device (DeviceInfo::faults or
+  // UROCE_FAULTS); nullopt when packets pass untouched.
+  std::optional<FaultConfig> faults() const;
+  // Writes the counters to the shared-memory file `uroce stat` reads now
+  // (the NIC does so by itself at most 100 ms after they change); returns
+  // the file's path, "" when publishing is off (UROCE_STATS=0).
+  std::string publish_counters();
 
   // The next asynchronous event.  timeout_ms < 0 waits for one; otherwise
   // ETIMEDOUT after that long.

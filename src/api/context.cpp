@@ -15,6 +15,7 @@ DeviceInfo to_info(const verbs::DeviceConfig& c) {
   d.gids = c.gids;
   d.udp_port = c.udp_port;
   d.mtu = c.mtu;
+  d.faults = c.faults;
   return d;
 }
 
@@ -35,6 +36,7 @@ Result<Context> Context::open(const DeviceInfo& device) {
   cfg.gids = device.gids;
   cfg.udp_port = device.udp_port;
   cfg.mtu = device.mtu;
+  cfg.faults = device.faults;
   auto ctx = verbs::Context::open(cfg);
   if (!ctx.ok()) return ctx.status();
   auto impl = std::make_unique<detail::ContextImpl>();
@@ -99,7 +101,7 @@ std::vector<Counter> Context::counters() const {
   transport::Counters snap;
   {
     std::lock_guard g(nic.mu());
-    snap = nic.counters();
+    snap = nic.snapshot();
   }
   std::vector<Counter> out;
   snap.for_each([&](const char* name, uint64_t v) { out.push_back(Counter{name, v}); });
@@ -110,6 +112,15 @@ Result<uint64_t> Context::counter(std::string_view name) const {
   for (const Counter& c : counters())
     if (c.name == name) return c.value;
   return err::noent("'" + std::string(name) + "' is not a NIC counter");
+}
+
+std::optional<FaultConfig> Context::faults() const { return impl_->ctx->nic().faults(); }
+
+std::string Context::publish_counters() {
+  transport::Nic& nic = impl_->ctx->nic();
+  std::lock_guard g(nic.mu());
+  nic.publish_stats();
+  return nic.stats_path();
 }
 
 int Context::async_fd() const noexcept { return impl_->ctx->async_fd(); }

@@ -49,6 +49,11 @@ struct RxPacket {
   uint16_t ipv4_id_hint = 0;
 };
 
+// Faults injected in one direction by a FaultIo (net/fault_io.hpp).
+struct FaultCounts {
+  uint64_t dropped = 0, duplicated = 0, reordered = 0, delayed = 0, corrupted = 0;
+};
+
 struct IoStats {
   uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0;
   uint64_t rx_packets = 0, rx_bytes = 0, rx_truncated = 0;
@@ -56,6 +61,8 @@ struct IoStats {
   // was full (UdpIo: the kernel's SO_RXQ_OVFL count, as of the last packet
   // received); 0 where unknown.
   uint64_t rx_dropped = 0;
+  // Faults injected on the way out and in (0 without a FaultIo).
+  FaultCounts tx_faults, rx_faults;
 };
 
 class PacketIo {

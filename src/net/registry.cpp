@@ -211,6 +211,13 @@ bool HostRegistry::alive(uint32_t slot) const {
   return owner != 0 && owner_alive(owner, sl.pidns.load(std::memory_order_acquire));
 }
 
+bool HostRegistry::holds(uint32_t slot, uint64_t word) const {
+  if (slot == 0 || slot >= registry::kSlots || word == 0) return false;
+  const registry::Slot& sl = file_->slots[slot];
+  return sl.owner.load(std::memory_order_acquire) == word &&
+         owner_alive(word, sl.pidns.load(std::memory_order_acquire));
+}
+
 void HostRegistry::release() noexcept {
   std::lock_guard lk(write_mu_);
   if (released_ || !file_ || slot_ == 0 || ::getpid() != pid_) return;

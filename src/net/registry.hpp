@@ -78,6 +78,13 @@ class HostRegistry {
   // Whether a live process holds `slot`.
   bool alive(uint32_t slot) const;
 
+  // Our owner word (pid and start time), and whether `slot` is still held,
+  // by a live process, under that word: tables of other files (the CM's
+  // listener table) tag their entries with it so that entries of a dead
+  // process, or of an earlier holder of the slot, never count.
+  uint64_t owner_word() const noexcept { return me_; }
+  bool holds(uint32_t slot, uint64_t owner_word) const;
+
   // Gives the slot back now (the destructor and exit do it otherwise).
   // slot() keeps its value but the slot may go to another process.
   void release() noexcept;

@@ -69,6 +69,7 @@ struct PairOptions {
   uint32_t access = kAllAccess;   // MR access of both buffers
   uint32_t cqe = 256;
   bool connect = true;
+  std::optional<FaultConfig> faults_a{}, faults_b{};  // DeviceInfo::faults
 };
 
 struct Side {
@@ -113,8 +114,11 @@ inline ConnectOptions connect_options(const PairOptions& o) {
 
 struct Pair {
   explicit Pair(const PairOptions& o = {}) : opt(o) {
-    open_side(a, local_device("127.0.0.1", o.mtu_a), o, false);
-    open_side(b, local_device("127.0.0.2", o.mtu_b), o, o.srq_b);
+    DeviceInfo da = local_device("127.0.0.1", o.mtu_a), db = local_device("127.0.0.2", o.mtu_b);
+    da.faults = o.faults_a;
+    db.faults = o.faults_b;
+    open_side(a, da, o, false);
+    open_side(b, db, o, o.srq_b);
     if (o.connect) connect();
   }
   void connect() {

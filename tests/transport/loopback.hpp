@@ -93,7 +93,7 @@ struct Side {
   // A consistent copy of this side's NIC counters.
   Counters counters() const {
     std::lock_guard g(ctx->nic().mu());
-    return ctx->nic().counters();
+    return ctx->nic().snapshot();
   }
   // Destroys everything (the peer is gone).
   void destroy() {

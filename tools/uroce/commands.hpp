@@ -14,6 +14,10 @@ struct Command {
 };
 
 Command add_version(CLI::App& root);
+Command add_stat(CLI::App& root);
 Command add_demo(CLI::App& root);
+Command add_pingpong(CLI::App& root);
+Command add_perf(CLI::App& root);
+Command add_baseline(CLI::App& root);
 
 }  // namespace uroce::cli

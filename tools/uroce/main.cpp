@@ -9,6 +9,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<uroce::cli::Command> commands = {
       uroce::cli::add_demo(app),
+      uroce::cli::add_pingpong(app),
+      uroce::cli::add_perf(app),
+      uroce::cli::add_baseline(app),
+      uroce::cli::add_stat(app),
       uroce::cli::add_version(app),
   };
   CLI11_PARSE(app, argc, argv);

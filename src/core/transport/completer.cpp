@@ -115,16 +115,43 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
   }
   SendWqe& w = qp.sq_.at(idx);
   const uint32_t expected = psn_add(w.first_psn, w.read_done);
-  if (w.done || psn != expected) {
-    if (psn_before(expected, psn) && !(r.gap_requested && r.gap_psn == expected)) {
-      // A response went missing: ask again from there rather than time out.
-      r.gap_requested = true;
-      r.gap_psn = expected;
-      ++nic.counters().req_read_gaps;
-      go_back(nic, qp, expected);
-    } else {
-      ++nic.counters().req_stale_responses;
+  // A READ response says the responder executed everything before the READ:
+  // the oldest PSN still missing is that of an earlier READ/atomic without
+  // its response, if there is one, else the next response of this READ.
+  uint32_t missing = expected;
+  bool earlier = false;
+  if (psn_before(r.una_psn, w.first_psn)) {
+    for (uint32_t i = qp.sq_.head(); i != idx; ++i) {
+      const SendWqe& x = qp.sq_.at(i);
+      if (!x.done && is_rd_atomic(x.opcode)) {
+        missing = psn_add(x.first_psn, x.read_done);
+        earlier = true;
+        break;
+      }
     }
+  }
+  if (earlier || w.done || psn != expected) {
+    if (!earlier && !psn_before(expected, psn)) {  // a response we already have
+      ++nic.counters().req_stale_responses;
+      return;
+    }
+    // A response went missing: ask again from there rather than time out,
+    // and again when the responses start over and it is still missing (one
+    // request per pass of responses; more would rewind over and over).
+    if (r.gap_requested && r.gap_psn == missing && !psn_before(psn, r.gap_hi)) {
+      if (psn_before(r.gap_hi, psn)) r.gap_hi = psn;
+      ++nic.counters().req_stale_responses;
+      return;
+    }
+    r.gap_requested = true;
+    r.gap_psn = missing;
+    r.gap_hi = psn;
+    // Acknowledge what needs no response; for an earlier READ/atomic this
+    // goes back to it.
+    if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)))
+      return;
+    ++nic.counters().req_read_gaps;
+    go_back(nic, qp, expected);
     return;
   }
   const uint32_t flags = pkt.info->flags;

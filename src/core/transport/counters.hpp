@@ -1,5 +1,7 @@
 // Per-NIC counters, like the kernel's hw_counters.  Updated under the NIC
-// lock; read a consistent copy with Nic::counters() under the same lock.
+// lock; read a consistent copy with Nic::snapshot() under the same lock
+// (it also fills in the counters kept by the packet I/O: rx_kernel_drops and
+// the fault_* counts).  Names are stable: docs/counters.md describes each.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,16 @@ namespace uroce::transport {
   X(resp_access_naks_sent) X(resp_inv_req_naks_sent) X(resp_op_err_naks_sent)    \
   X(resp_duplicates) X(resp_dup_reads) X(resp_dup_atomics) X(resp_future_psn)    \
   X(resp_read_packets) X(uc_dropped_messages) X(ud_qkey_drops)                   \
-  X(ud_no_recv_drops) X(ud_len_errors) X(cq_overflows) X(completions)
+  X(ud_no_recv_drops) X(ud_len_errors) X(cq_overflows) X(completions)           \
+  X(resp_dup_unmatched) X(resp_rkey_errors) X(resp_pd_errors)                    \
+  X(resp_rights_errors) X(resp_bounds_errors) X(resp_misaligned_atomics)         \
+  X(resp_rd_atomic_limit) X(resp_opcode_seq_errors) X(resp_len_errors)           \
+  X(resp_seq_naks_repeated)                                                      \
+  X(rx_kernel_drops)                                                             \
+  X(fault_tx_dropped) X(fault_tx_duplicated) X(fault_tx_reordered)               \
+  X(fault_tx_delayed) X(fault_tx_corrupted) X(fault_rx_dropped)                  \
+  X(fault_rx_duplicated) X(fault_rx_reordered) X(fault_rx_delayed)               \
+  X(fault_rx_corrupted)
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name) uint64_t name = 0;

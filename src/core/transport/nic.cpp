@@ -5,7 +5,9 @@
 #include <string_view>
 
 #include "common/log.hpp"
+#include "net/fault_io.hpp"
 #include "net/registry.hpp"
+#include "net/stats_file.hpp"
 #include "net/udp_io.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
@@ -31,12 +33,29 @@ std::map<std::pair<IpAddr, uint16_t>, std::weak_ptr<Nic>>& nics() {
 }  // namespace
 
 Result<std::shared_ptr<Nic>> Nic::get(const NicConfig& cfg) {
-  std::lock_guard g(g_nics_mu);
+  std::unique_lock g(g_nics_mu);
   auto key = std::make_pair(cfg.addr, cfg.port);
   if (auto it = nics().find(key); it != nics().end())
-    if (auto nic = it->second.lock()) return nic;
+    if (auto nic = it->second.lock()) {
+      // Faults are a property of the NIC, which contexts of one address share.
+      if (cfg.faults) {
+        std::optional<FaultConfig> want;
+        if (cfg.faults->any()) want = cfg.faults;
+        if (want != nic->faults_)
+          return err::busy(cfg.name + ": " + cfg.addr.to_string() +
+                           " is already open in this process " +
+                           (nic->faults_ ? "with the faults " + to_string(*nic->faults_)
+                                         : std::string("without faults")) +
+                           "; the first open of an address sets them");
+      }
+      return nic;
+    }
   std::shared_ptr<Nic> nic(new Nic(cfg));
-  UROCE_TRY(nic->open_io(nullptr));
+  if (Status s = nic->open_io(nullptr); !s.ok()) {
+    g.unlock();  // ~Nic takes g_nics_mu
+    nic.reset();
+    return s;
+  }
   nics()[key] = nic;
   return nic;
 }
@@ -75,8 +94,29 @@ Status Nic::open_io(const IoFactory* factory) {
     if (!io.ok()) return io.status();
     io_ = std::move(*io);
   }
+  // Fault injection: the device's own configuration, else UROCE_FAULTS.
+  if (cfg_.faults) {
+    if (cfg_.faults->any()) faults_ = cfg_.faults;
+  } else {
+    auto env = net::FaultIo::from_env();
+    if (!env.ok()) return env.status();
+    faults_ = *env;
+  }
+  if (faults_) {
+    auto fio = net::FaultIo::wrap(std::move(io_), *faults_);
+    if (!fio.ok()) return fio.status();
+    io_ = std::move(*fio);
+  }
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());
+  if (net::stats_enabled()) {
+    std::vector<std::string_view> names;
+    counters_.for_each([&](const char* n, uint64_t) { names.emplace_back(n); });
+    auto pub = net::StatsPublisher::create(
+        {cfg_.name, local_.to_string(), faults_ ? to_string(*faults_) : std::string()}, names);
+    if (pub.ok()) stats_ = std::move(*pub);
+    else UROCE_LOG(warn, "counters not published: %s", pub.status().to_string().c_str());
+  }
   if (registry_) {
     Status s = registry_->publish(local_.addr, local_.port);
     if (!s.ok()) UROCE_LOG(warn, "registry publish: %s", s.to_string().c_str());
@@ -91,6 +131,7 @@ Nic::~Nic() {
     kick();
     thread_.join();
   }
+  stats_.reset();  // unlinks the stats file
   if (epfd_ >= 0) ::close(epfd_);
   if (kick_fd_ >= 0) ::close(kick_fd_);
   if (registry_) (void)registry_->unpublish(local_.addr, local_.port);
@@ -149,6 +190,50 @@ Endpoint Nic::resolve(const IpAddr& gid, uint32_t qpn) noexcept {
   if (resolved_.size() > 4096) resolved_.clear();
   resolved_[key] = {port, now + std::chrono::seconds(1)};
   return {gid, port};
+}
+
+// ---------------------------------------------------------------- counters
+
+Counters Nic::snapshot() const noexcept {
+  Counters c = counters_;
+  const net::IoStats s = io_->stats();
+  c.rx_kernel_drops = s.rx_dropped;
+  c.fault_tx_dropped = s.tx_faults.dropped;
+  c.fault_tx_duplicated = s.tx_faults.duplicated;
+  c.fault_tx_reordered = s.tx_faults.reordered;
+  c.fault_tx_delayed = s.tx_faults.delayed;
+  c.fault_tx_corrupted = s.tx_faults.corrupted;
+  c.fault_rx_dropped = s.rx_faults.dropped;
+  c.fault_rx_duplicated = s.rx_faults.duplicated;
+  c.fault_rx_reordered = s.rx_faults.reordered;
+  c.fault_rx_delayed = s.rx_faults.delayed;
+  c.fault_rx_corrupted = s.rx_faults.corrupted;
+  return c;
+}
+
+std::string Nic::stats_path() const { return stats_ ? stats_->path() : std::string(); }
+
+void Nic::publish_stats() noexcept {
+  if (!stats_) return;
+  const Counters c = snapshot();
+  uint64_t vals[sizeof(Counters) / sizeof(uint64_t)];
+  size_t n = 0;
+  c.for_each([&](const char*, uint64_t v) { vals[n++] = v; });
+  stats_->publish(std::span<const uint64_t>(vals, n));
+  stats_at_ = now_;
+  stats_mark_ = counters_.rx_packets + counters_.tx_packets + counters_.tx_errors +
+                counters_.completions + counters_.req_timeouts;
+}
+
+Clock::time_point Nic::maybe_publish_stats() noexcept {
+  if (!stats_) return Clock::time_point::max();
+  const uint64_t mark = counters_.rx_packets + counters_.tx_packets + counters_.tx_errors +
+                        counters_.completions + counters_.req_timeouts;
+  if (mark == stats_mark_) return Clock::time_point::max();  // nothing new
+  const Clock::time_point due = stats_at_ + kStatsInterval;
+  if (now_ < due) return due;
+  publish_stats();
+  return Clock::time_point::max();
 }
 
 // ---------------------------------------------------------------- transmit
@@ -236,6 +321,10 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.service == wire::Service::cnp) {
     ++counters_.rx_cnp;
+    return;
+  }
+  if (pkt.hdr.bth.dest_qp == kGsiQpn) {  // QP1: the connection manager's (gsi.cpp)
+    gsi_receive(pkt, raw);
     return;
   }
   verbs::Qp* qp = find_qp(pkt.hdr.bth.dest_qp);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <string>
 #include <thread>
@@ -32,14 +33,20 @@
 #include "transport/counters.hpp"
 #include "transport/queues.hpp"
 #include "transport/tx_batch.hpp"
+#include "uroce/faults.hpp"
 
 namespace uroce::verbs {
 class Qp;
 class Cq;
 }  // namespace uroce::verbs
 
+namespace uroce::wire {
+struct Packet;
+}
+
 namespace uroce::net {
 class HostRegistry;
+class StatsPublisher;
 }
 
 namespace uroce::transport {
@@ -50,7 +57,13 @@ struct NicConfig {
   uint16_t port = 4791;
   bool port_fallback = true;
   uint32_t mtu = 4096;        // active MTU, bytes
+  // Fault injection on this NIC's packets (net/fault_io.hpp); without it,
+  // UROCE_FAULTS decides.
+  std::optional<FaultConfig> faults;
 };
+
+// How often at most the counters are written to the stats file.
+inline constexpr std::chrono::milliseconds kStatsInterval{100};
 
 using IoFactory = std::function<Result<std::unique_ptr<net::PacketIo>>()>;
 
@@ -69,6 +82,15 @@ class Nic {
   uint32_t mtu() const noexcept { return cfg_.mtu; }
   std::mutex& mu() noexcept { return mu_; }
   Counters& counters() noexcept { return counters_; }
+  // A copy of the counters with those the packet I/O keeps filled in
+  // (rx_kernel_drops, fault_*).  NIC lock held.
+  Counters snapshot() const noexcept;
+  // The fault injection in effect (from NicConfig::faults or UROCE_FAULTS).
+  const std::optional<FaultConfig>& faults() const noexcept { return faults_; }
+  // Path of the shared-memory file `uroce stat` reads ("" if not published).
+  std::string stats_path() const;
+  // Writes the counters to that file now.  NIC lock held.
+  void publish_stats() noexcept;
 
   // QPN allocation (unique on the host: registry slot << 14 | index).
   Status attach(verbs::Qp& qp, uint32_t& qpn_out);
@@ -100,10 +122,32 @@ class Nic {
   void drive() noexcept;
   // Sleep until `fd` is readable or a packet arrives (processing packets
   // meanwhile), at most timeout_ms (-1: forever).  Returns when fd readable
-  // or timed out.
-  void wait_on(int fd, int timeout_ms) noexcept;
+  // or timed out (true), or when a signal handler interrupted the sleep
+  // (false: poll() failed with EINTR).
+  bool wait_on(int fd, int timeout_ms) noexcept;
 
   void start_progress_thread();
+
+  // ---- QP1, the general services interface (gsi.cpp) ----
+  // The connection manager's MADs are UD SEND_ONLY packets to and from QP1
+  // with Q_Key 0x80010000.  A handler, when set, receives every such packet
+  // (under the NIC lock, in whatever thread drives the NIC: it must copy
+  // what it needs and must not call back into the NIC); without one, QP1
+  // packets are dropped like those of any unknown QP.  Setting a handler
+  // starts the progress thread, so that MADs are received while nobody polls.
+  struct GsiPacket {
+    std::span<const uint8_t> payload;  // the MAD
+    Endpoint src;                      // sender's address and UDP port
+    IpAddr dst;                        // local address it came to
+    uint32_t src_qp;                   // DETH source QP
+    uint16_t pkey;
+  };
+  static constexpr uint32_t kGsiQpn = 1;
+  static constexpr uint32_t kGsiQkey = 0x80010000;
+  using GsiHandler = std::function<void(const GsiPacket&)>;
+  void set_gsi_handler(GsiHandler h);  // takes the NIC lock; empty: none
+  // Sends `mad` from QP1 to QP1 at dst (takes the NIC lock).
+  void send_gsi(const Endpoint& dst, std::span<const uint8_t> mad) noexcept;
 
   // CPU time the progress thread has used, as of its last sleep (it only
   // uses CPU while awake, and records getrusage before every sleep).
@@ -120,15 +164,23 @@ class Nic {
   explicit Nic(const NicConfig& cfg);
   Status open_io(const IoFactory* factory);
   void dispatch(net::RxPacket& pkt) noexcept;
+  void gsi_receive(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;  // NIC lock held
   void run_timers() noexcept;
   void progress_thread_main() noexcept;
   void kick() noexcept;
+  // Publishes the counters if they changed and the last snapshot is at least
+  // kStatsInterval old; returns when the next one may be due (max: none).
+  Clock::time_point maybe_publish_stats() noexcept;
 
   NicConfig cfg_;
   Endpoint local_;
   std::shared_ptr<net::HostRegistry> registry_;
   uint32_t slot_ = 0;
   std::unique_ptr<net::PacketIo> io_;
+  std::optional<FaultConfig> faults_;
+  std::unique_ptr<net::StatsPublisher> stats_;
+  Clock::time_point stats_at_{};  // last publication
+  uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)
   mutable std::mutex mu_;
   Counters counters_;
   TxBatch tx_;
@@ -154,6 +206,10 @@ class Nic {
     bool operator>(const Timer& o) const noexcept { return when > o.when; }
   };
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+
+  // QP1 (gsi.cpp)
+  GsiHandler gsi_handler_;
+  uint32_t gsi_psn_ = 0;
 
   // progress thread
   std::thread thread_;

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 
 #include "common/log.hpp"
@@ -36,7 +37,7 @@ void Nic::drive() noexcept {
   }
 }
 
-void Nic::wait_on(int fd, int timeout_ms) noexcept {
+bool Nic::wait_on(int fd, int timeout_ms) noexcept {
   app_waiting_.fetch_add(1, std::memory_order_acq_rel);
   {
     std::lock_guard g(mu_);
@@ -44,16 +45,19 @@ void Nic::wait_on(int fd, int timeout_ms) noexcept {
     if (!lazy_.empty()) flush_acks();
   }
   pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
-  const bool rx =
-      ::poll(pfd, 2, timeout_ms) > 0 && (pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN);
+  const int ready = ::poll(pfd, 2, timeout_ms);
+  const bool interrupted = ready < 0 && errno == EINTR;
+  const bool rx = ready > 0 && (pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN);
   std::lock_guard g(mu_);
   if (rx) drive();
+  (void)maybe_publish_stats();  // the progress thread may be asleep for good meanwhile
   // While we slept in the socket the progress thread left it to us and may
   // be asleep for good; the last waiter to leave hands the socket back.
   // (Under the lock: the thread decides and publishes under it too.)
   if (app_waiting_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
       thread_sleep_until_.load(std::memory_order_acquire) == INT64_MAX)
     kick();
+  return !interrupted;
 }
 
 void Nic::kick() noexcept {
@@ -112,6 +116,9 @@ void Nic::progress_thread_main() noexcept {
           : INT64_MAX;
       if (!timers_.empty())
         sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
+      // Counters reach `uroce stat` at most kStatsInterval late.
+      if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
+        sleep_until = std::min<int64_t>(sleep_until, pub.time_since_epoch().count());
       // Published under the lock: arm_timer() (also under it) kicks us if it
       // needs us earlier than this.
       thread_sleep_until_.store(sleep_until, std::memory_order_release);

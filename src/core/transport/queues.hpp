@@ -113,6 +113,7 @@ struct RequesterState {
   bool rnr_wait = false;       // waiting out an RNR NAK
   Clock::time_point rnr_until;
   uint32_t gap_psn = 0;        // READ response gap already asked for (avoid storms)
+  uint32_t gap_hi = 0;         // highest response PSN seen since (a lower one: a new pass)
   bool gap_requested = false;
   bool drained_notified = false;
 };
@@ -151,7 +152,8 @@ struct ResponderState {
   uint64_t write_va = 0;
   uint32_t write_left = 0;
   uint32_t write_total = 0;
-  bool nak_seq_sent = false;   // one PSN-sequence NAK per gap
+  bool nak_seq_sent = false;   // one PSN-sequence NAK per gap...
+  uint32_t nak_hi = 0;         // ...and pass: highest PSN seen since it (a lower one: a new pass)
   bool uc_drop = false;        // UC: dropping until the next FIRST/ONLY
   // coalesced ACK/NAK waiting to go out
   bool ack_pending = false;

@@ -28,6 +28,8 @@ using wire::NakCode;
 namespace op = wire::op;
 
 constexpr uint32_t kMinResources = 16;
+// The longest message (IBA: 2^31 bytes); a READ asking for more is invalid.
+constexpr uint32_t kMaxMessage = 1u << 31;
 
 // The coalesced response slot holds one ACK or NAK.  A pending NAK is never
 // replaced by an ACK (the NAK acknowledges everything before its PSN as
@@ -60,6 +62,7 @@ void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_
   // The requester resends from `psn` after any NAK: packets behind it that
   // arrive meanwhile are dropped without a sequence NAK of their own.
   s.nak_seq_sent = true;
+  s.nak_hi = psn;
   Counters& c = nic.counters();
   if (type == wire::AckType::rnr_nak) ++c.resp_rnr_naks_sent;
   else switch (NakCode(value)) {
@@ -144,13 +147,31 @@ void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus 
   nak(nic, qp, psn, code);
 }
 
-// Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR access, bounds.
-uint8_t* remote_ptr(const verbs::Qp& qp, uint32_t rkey, uint64_t va, uint32_t len,
+// Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR
+// access, bounds.  Every refusal is counted by its cause.
+uint8_t* remote_ptr(Nic& nic, const verbs::Qp& qp, uint32_t rkey, uint64_t va, uint32_t len,
                     uint32_t need) noexcept {
-  if ((qp.attr_.qp_access_flags & need) != need) return nullptr;
+  Counters& c = nic.counters();
+  if ((qp.attr_.qp_access_flags & need) != need) {
+    ++c.resp_rights_errors;
+    return nullptr;
+  }
   const verbs::Mr* mr = verbs::MrTable::instance().lookup(rkey, verbs::KeyKind::remote);
-  if (!mr || mr->pd() != &qp.pd()) return nullptr;
-  return mr->translate(va, len, need);
+  if (!mr) {
+    ++c.resp_rkey_errors;
+    return nullptr;
+  }
+  if (mr->pd() != &qp.pd()) {
+    ++c.resp_pd_errors;
+    return nullptr;
+  }
+  if ((mr->access() & need) != need) {
+    ++c.resp_rights_errors;
+    return nullptr;
+  }
+  uint8_t* p = mr->translate(va, len, need);
+  if (!p) ++c.resp_bounds_errors;
+  return p;
 }
 
 RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
@@ -181,6 +202,7 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     s.in_send = true;
   }
   if (s.recv_off + pkt.payload.size() > s.recv.length) {
+    ++nic.counters().resp_len_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::loc_len_err);
     return;
   }
@@ -214,7 +236,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const bool rc = qp.type() == verbs::QpType::rc;
   if (flags & op::kFirst) {
     const wire::Reth& reth = pkt.hdr.reth;
-    if (reth.length && !remote_ptr(qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
+    if (reth.length && !remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
       fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
       return;
     }
@@ -226,6 +248,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const uint32_t len = uint32_t(pkt.payload.size());
   const bool last = flags & op::kLast;
   if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu_)) {
+    ++nic.counters().resp_len_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
   }
@@ -246,7 +269,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     return;
   }
   if (len) {
-    uint8_t* dst = remote_ptr(qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
+    uint8_t* dst = remote_ptr(nic, qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
     if (!dst) {  // the MR went away in the middle of the message
       fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
       return;
@@ -266,26 +289,35 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn);
 }
 
-bool resources_full(const verbs::Qp& qp) noexcept {
-  return qp.resp_.res_pending >= std::max<uint32_t>(1, qp.attr_.max_dest_rd_atomic);
+// More READs/atomics outstanding than max_dest_rd_atomic allows (the
+// requester's max_rd_atomic must not exceed it).
+bool resources_full(Nic& nic, const verbs::Qp& qp) noexcept {
+  if (qp.resp_.res_pending < std::max<uint32_t>(1, qp.attr_.max_dest_rd_atomic)) return false;
+  ++nic.counters().resp_rd_atomic_limit;
+  return true;
 }
 
 void on_read(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   ResponderState& s = qp.resp_;
   const wire::Reth& reth = pkt.hdr.reth;
   const uint32_t psn = pkt.hdr.bth.psn;
-  if (reth.length && !remote_ptr(qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+  if (reth.length > kMaxMessage) {  // more PSNs than half the sequence space
+    ++nic.counters().resp_len_errors;
+    nak(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  if (reth.length && !remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
     nak(nic, qp, psn, NakCode::remote_access_error);
     return;
   }
-  if (resources_full(qp)) {
+  if (resources_full(nic, qp)) {
     nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
   RdAtomicResource& r = new_resource(s, qp.attr_.max_dest_rd_atomic);
   r.is_read = true;
   r.psn = psn;
-  r.npkts = reth.length == 0 ? 1 : (reth.length + qp.mtu_ - 1) / qp.mtu_;
+  r.npkts = reth.length == 0 ? 1 : uint32_t((uint64_t(reth.length) + qp.mtu_ - 1) / qp.mtu_);
   r.rkey = reth.rkey;
   r.va = reth.va;
   r.length = reth.length;
@@ -304,11 +336,13 @@ void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const wire::AtomicEth& a = pkt.hdr.atomic;
   const uint32_t psn = pkt.hdr.bth.psn;
   if (a.va % 8 != 0) {
+    ++nic.counters().resp_misaligned_atomics;
     nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  uint8_t* p = remote_ptr(qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
+  uint8_t* p = remote_ptr(nic, qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
   if (p && reinterpret_cast<uintptr_t>(p) % 8 != 0) {  // iova and address disagree mod 8
+    ++nic.counters().resp_misaligned_atomics;
     nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
@@ -316,7 +350,7 @@ void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     nak(nic, qp, psn, NakCode::remote_access_error);
     return;
   }
-  if (resources_full(qp)) {
+  if (resources_full(nic, qp)) {
     nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
@@ -356,9 +390,16 @@ void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     const int32_t d = psn_diff(psn, r.psn);
     if (d < 0 || uint32_t(d) >= r.npkts) continue;
     if ((flags & op::kRead) && r.is_read) {
-      // Read again: the request may ask for the tail only (a retry after a gap).
+      // Read again: the request may ask for the tail only (a retry after a
+      // gap), and run on into later requests of the same READ, but never
+      // past the PSNs requested so far (it would take PSNs not yet ours).
       const wire::Reth& reth = pkt.hdr.reth;
-      if (reth.length && !remote_ptr(qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+      const uint64_t npkts = reth.length == 0 ? 1 : (uint64_t(reth.length) + qp.mtu_ - 1) / qp.mtu_;
+      if (reth.length > kMaxMessage || npkts > uint64_t(-psn_diff(psn, s.epsn))) {
+        ++nic.counters().resp_len_errors;
+        return;
+      }
+      if (reth.length && !remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
         nak(nic, qp, psn, NakCode::remote_access_error);
         return;
       }
@@ -375,9 +416,13 @@ void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
       if (!r.pending) ++s.res_pending;
       r.pending = true;
       nic.schedule(qp);
+    } else {
+      ++nic.counters().resp_dup_unmatched;
     }
     return;
   }
+  // Older than every remembered READ/atomic (or never one): nothing to answer.
+  ++nic.counters().resp_dup_unmatched;
 }
 
 bool starts_message(uint32_t flags) noexcept {
@@ -392,11 +437,24 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
   const uint32_t psn = pkt.hdr.bth.psn;
   if (qp.type() == verbs::QpType::rc) {
     const int32_t d = psn_diff(psn, s.epsn);
-    if (d > 0) {  // a gap: ask once for the missing PSN (go-back-N)
+    if (d > 0) {  // a gap: ask for the missing PSN (go-back-N)
       ++nic.counters().resp_future_psn;
       if (!s.nak_seq_sent) {
-        s.nak_seq_sent = true;
         nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
+        s.nak_hi = psn;
+      } else if (pkt.hdr.bth.ack_req && psn_before(psn, s.nak_hi)) {
+        // Below the highest PSN seen since our NAK, and asking for an ACK:
+        // the requester went back and sends this stretch again, yet the
+        // expected PSN is still missing.  Our NAK, or the packet resent, was
+        // lost: ask again, about once per pass (asking only once would leave
+        // every further loss of the same packet to the retransmission timer
+        // and its retry count).  Packets merely reordered rarely ask for an
+        // ACK, so they rarely draw a NAK of their own.
+        ++nic.counters().resp_seq_naks_repeated;
+        nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
+        s.nak_hi = psn;
+      } else if (psn_before(s.nak_hi, psn)) {
+        s.nak_hi = psn;
       }
       return;
     }
@@ -427,6 +485,7 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
                      : s.in_write ? ((flags & op::kWrite) && !(flags & op::kFirst))
                                   : starts_message(flags);
   if (!cont_ok) {
+    ++nic.counters().resp_opcode_seq_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     if (qp.type() == verbs::QpType::uc) s.epsn = psn_add(psn, 1);
     return;
@@ -480,7 +539,7 @@ bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
   h.bth.psn = r.resp_psn;
   std::span<const uint8_t> body;
   if (len) {
-    const uint8_t* src = remote_ptr(qp, r.rkey, r.resp_va, len, verbs::access::kRemoteRead);
+    const uint8_t* src = remote_ptr(nic, qp, r.rkey, r.resp_va, len, verbs::access::kRemoteRead);
     if (!src) {  // deregistered while being read
       nak(nic, qp, r.resp_psn, NakCode::remote_access_error);
       return false;

@@ -1,6 +1,7 @@
 #include "verbs/comp_channel.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -12,6 +13,32 @@
 #include "verbs/cq.hpp"
 
 namespace uroce::verbs {
+
+namespace {
+
+// A blocking read() of the channel's fd (what rdma-core's ibv_get_cq_event
+// does) fails with EINTR when a signal handler installed without SA_RESTART
+// runs, and is restarted otherwise; programs rely on both (qperf ends its
+// tests with SIGALRM and expects EINTR; a SIGCHLD handler with SA_RESTART
+// must not break a wait).  The poll() we sleep in is never restarted, so
+// after an interruption: give up if some handler lacks SA_RESTART (the
+// delivered signal cannot be told apart), else wait again.  Handlers of
+// the synchronous fault signals (sanitizers install some) do not count: a
+// fault cannot interrupt a sleep.
+bool restart_after_signal() noexcept {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS)
+      continue;
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) != 0) continue;
+    const bool handler = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
+                                                    : (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN);
+    if (handler && !(sa.sa_flags & SA_RESTART)) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<CompChannel>> CompChannel::create(Context& ctx) {
   // A counting eventfd: one count per queued event.  Blocking by default,
@@ -89,7 +116,8 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
     }
     // Sleep in the NIC's socket and our eventfd: a packet that completes
     // the work is processed by this very thread.
-    ctx_->nic().wait_on(efd_, wait);
+    if (!ctx_->nic().wait_on(efd_, wait) && !restart_after_signal())
+      return err::from_errno(EINTR, "interrupted by a signal");
   }
 }
 

@@ -7,11 +7,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
+#include "uroce/faults.hpp"
 #include "verbs/types.hpp"
 
 namespace uroce::transport {
@@ -27,6 +29,9 @@ struct DeviceConfig {
   std::vector<IpAddr> gids;   // GID table; gids[0] is the address the NIC binds
   uint16_t udp_port = 4791;
   uint32_t mtu = 0;           // 0: derive from the interface MTU
+  // Fault injection on the device's packets (include/uroce/faults.hpp).
+  // Unset: UROCE_FAULTS decides; set (even to no faults): this does.
+  std::optional<FaultConfig> faults;
   // Tests: packet I/O to use instead of a UDP socket (e.g. a FakeIo).  A
   // device with its own I/O gets a NIC of its own (not shared by address).
   std::function<Result<std::unique_ptr<net::PacketIo>>()> io_factory;

@@ -25,7 +25,41 @@ bool range_mapped(uint64_t addr, uint64_t length) noexcept {
   return madvise(reinterpret_cast<void*>(start), end - start, MADV_NORMAL) == 0;
 }
 
+// MADV_POPULATE_READ/WRITE (Linux 5.14) fault pages in as a read or a
+// write would, without accessing them, and fail (ENOMEM unmapped, EINVAL
+// PROT_NONE or write to a read-only mapping, EFAULT where the access would
+// raise SIGBUS) instead of crashing.
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+bool populate_supported() noexcept {
+  static const bool ok = [] {
+    static uint64_t probe;  // mapped and writable: only an old kernel refuses
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    auto* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(&probe) & ~(page - 1));
+    return madvise(start, page, MADV_POPULATE_WRITE) == 0;
+  }();
+  return ok;
+}
+
 }  // namespace
+
+bool Mr::odp_fault_in(const uint8_t* p, uint64_t len, uint32_t need) noexcept {
+  if (len == 0) return true;
+  static const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const uint64_t a = reinterpret_cast<uintptr_t>(p);
+  const uint64_t start = a & ~(page - 1);
+  const uint64_t end = a + len;
+  if (end < a) return false;
+  if (!populate_supported()) return range_mapped(a, len);  // no protection check before 5.14
+  const bool write = need & (access::kLocalWrite | access::kRemoteWrite | access::kRemoteAtomic);
+  return madvise(reinterpret_cast<void*>(start), end - start,
+                 write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
+}
 
 Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
                                     uint32_t access) {
@@ -74,7 +108,6 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
   if (!(access & access::kOnDemand) && !range_mapped(addr, length))
     return err::from_errno(EFAULT, "memory region is not mapped in this process");
 
-  std::unique_ptr<Mr> mr(new Mr());
   uint32_t index;
   {
     std::lock_guard g(mu_);
@@ -94,6 +127,8 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
     ++live_;
   }
   Entry& e = chunks_[index / kChunk].load(std::memory_order_acquire)[index % kChunk];
+  // Made only now: an Mr not in the table must not exist (~Mr deregisters).
+  std::unique_ptr<Mr> mr(new Mr());
   mr->pd_ = &pd;
   mr->addr_ = addr;
   mr->length_ = length;

@@ -42,15 +42,25 @@ class Mr {
 
   // Host pointer for [iova_addr, iova_addr + len) if it lies inside the
   // region and `need` access bits are granted, else nullptr.  Overflow-safe.
+  // An on-demand region (access::kOnDemand) was registered without looking
+  // at the memory: its pages are faulted in here, and a range that is not
+  // mapped, or not writable when `need` asks for writing, yields nullptr (an
+  // access error for the peer) instead of a crash when the bytes are moved.
   uint8_t* translate(uint64_t iova_addr, uint64_t len, uint32_t need) const noexcept {
     if ((access_ & need) != need) return nullptr;
     if (iova_addr < iova_ || len > length_ || iova_addr - iova_ > length_ - len) return nullptr;
-    return reinterpret_cast<uint8_t*>(addr_ + (iova_addr - iova_));
+    uint8_t* p = reinterpret_cast<uint8_t*>(addr_ + (iova_addr - iova_));
+    if (access_ & access::kOnDemand) [[unlikely]]
+      return odp_fault_in(p, len, need) ? p : nullptr;
+    return p;
   }
 
  private:
   friend class MrTable;
   Mr() = default;
+  // On-demand regions: makes [p, p+len) present (writable if `need` holds a
+  // write right) without touching its bytes; false if it is not mapped so.
+  static bool odp_fault_in(const uint8_t* p, uint64_t len, uint32_t need) noexcept;
   Pd* pd_ = nullptr;
   uint64_t addr_ = 0, length_ = 0, iova_ = 0;
   uint32_t access_ = 0, lkey_ = 0, rkey_ = 0;

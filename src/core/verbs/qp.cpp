@@ -63,6 +63,7 @@ Result<std::unique_ptr<Qp>> Qp::create(Pd& pd, const QpInitAttr& in) {
 Qp::~Qp() {
   {
     std::lock_guard g(nic_->mu());
+    send_owed_ack_locked();
     nic_->detach(*this);
   }
   pd_->context().forget_async_events(this);
@@ -155,7 +156,10 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
   transport::Nic& nic = *nic_;
   const Endpoint local = nic.local();
   switch (next) {
-    case QpState::reset: reset_locked(); break;
+    case QpState::reset:
+      send_owed_ack_locked();
+      reset_locked();
+      break;
     case QpState::init: break;
     case QpState::rtr:
       if (cur == QpState::init) {
@@ -191,12 +195,22 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
       transport::retire(nic, *this);  // notifies at once if already drained
       return {};
     case QpState::err:
+      send_owed_ack_locked();
       set_error_state();
       return {};
     default: break;
   }
   attr_.qp_state = next;
   return {};
+}
+
+void Qp::send_owed_ack_locked() noexcept {
+  if (type() != QpType::rc || !resp_.ack_pending || resp_.res_pending) return;
+  if (attr_.qp_state != QpState::rtr && attr_.qp_state != QpState::rts && attr_.qp_state != QpState::sqd)
+    return;
+  if (nic_->tx().full()) nic_->flush_tx();
+  transport::responder_flush_ack(*nic_, *this);
+  nic_->flush_tx();
 }
 
 void Qp::reset_locked() noexcept {

@@ -84,6 +84,11 @@ class Qp {
   Status modify_locked(const QpAttr& attr, uint32_t mask);
   Status validate_send(const SendWr& wr) const;
   void reset_locked() noexcept;
+  // Sends the coalesced ACK the responder still owes, if any: the peer
+  // whose last message this QP received must get its ACK even when the
+  // application destroys the QP (or moves it to RESET or ERR) right after
+  // seeing the receive completion, before the ACK's usual occasion.
+  void send_owed_ack_locked() noexcept;
 
   Pd* pd_;
   transport::Nic* nic_;

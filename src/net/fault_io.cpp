@@ -1,0 +1,616 @@
+#include "net/fault_io.hpp"
+
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/log.hpp"
+#include "wire/opcode.hpp"
+
+namespace uroce {
+
+// ------------------------------------------------------------- UROCE_FAULTS
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_double(std::string_view s, double& out) {
+  std::string str(trim(s));
+  if (str.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtod(str.c_str(), &end);
+  return errno == 0 && end == str.c_str() + str.size() && std::isfinite(out);
+}
+
+bool parse_u64(std::string_view s, uint64_t& out) {
+  std::string str(trim(s));
+  if (str.empty() || str[0] == '-') return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoull(str.c_str(), &end, 0);
+  return errno == 0 && end == str.c_str() + str.size();
+}
+
+// "0.05" or "5%", in [0, 1].
+bool parse_rate(std::string_view s, double& out) {
+  s = trim(s);
+  bool pct = !s.empty() && s.back() == '%';
+  if (pct) s.remove_suffix(1);
+  if (!parse_double(s, out)) return false;
+  if (pct) out /= 100;
+  return out >= 0 && out <= 1;
+}
+
+// "200us", "2ms", "1s", "150" (microseconds): at most 60 s.
+bool parse_duration_us(std::string_view s, uint32_t& out) {
+  s = trim(s);
+  double mult = 1;
+  if (s.ends_with("us")) {
+    s.remove_suffix(2);
+  } else if (s.ends_with("ms")) {
+    s.remove_suffix(2);
+    mult = 1000;
+  } else if (s.ends_with("s")) {
+    s.remove_suffix(1);
+    mult = 1e6;
+  }
+  double v;
+  if (!parse_double(s, v) || v < 0) return false;
+  v *= mult;
+  if (v > 60e6) return false;
+  out = uint32_t(std::llround(v));
+  return true;
+}
+
+Status bad(std::string_view item, const std::string& why) {
+  return err::inval("UROCE_FAULTS item '" + std::string(item) + "': " + why);
+}
+
+struct OpName {
+  const char* name;
+  uint32_t bits;
+};
+constexpr OpName kOpNames[] = {
+    {"data", fault_ops::kData}, {"read", fault_ops::kRead}, {"atomic", fault_ops::kAtomic},
+    {"ack", fault_ops::kAck},   {"ud", fault_ops::kUd},     {"other", fault_ops::kOther},
+    {"all", fault_ops::kAll},
+};
+
+// Applies one rate item (key without direction prefix) to `r`.
+Status apply_rate(std::string_view item, std::string_view key, std::string_view val, FaultRates& r) {
+  std::string_view rate = val, param;
+  if (auto c = val.find(':'); c != std::string_view::npos) {
+    rate = val.substr(0, c);
+    param = val.substr(c + 1);
+  }
+  double p;
+  if (!parse_rate(rate, p)) return bad(item, "the rate must be a probability 0..1 or a percentage");
+  if (key == "drop") {
+    r.drop = p;
+  } else if (key == "dup" || key == "duplicate") {
+    r.dup = p;
+  } else if (key == "corrupt") {
+    r.corrupt = p;
+  } else if (key == "reorder") {
+    r.reorder = p;
+    if (!param.empty()) {
+      uint64_t n;
+      if (!parse_u64(param, n) || n < 1 || n > 4096)
+        return bad(item, "the reorder distance must be 1..4096 packets");
+      r.reorder_max = uint32_t(n);
+    }
+    return {};
+  } else if (key == "delay") {
+    r.delay = p;
+    if (!param.empty() && !parse_duration_us(param, r.delay_max_us))
+      return bad(item, "the delay must be a duration up to 60s (200us, 2ms, 1s)");
+    return {};
+  } else {
+    return bad(item, "unknown key (seed, drop, dup, reorder, delay, corrupt, dir, ops, off)");
+  }
+  if (!param.empty()) return bad(item, "takes no ':' parameter");
+  return {};
+}
+
+}  // namespace
+
+Result<FaultConfig> parse_faults(std::string_view spec) {
+  FaultConfig cfg;
+  bool to_tx = true, to_rx = false;
+  // Unprefixed rates go to the directions `dir` names, wherever it stands;
+  // prefixed ones (tx.drop=) override them.
+  std::vector<std::pair<std::string_view, std::string_view>> plain, tx_items, rx_items;
+  std::vector<std::string_view> raw_items;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string_view::npos) end = spec.size();
+    std::string_view item = trim(spec.substr(pos, end - pos));
+    pos = end + 1;
+    if (item.empty() || item == "off" || item == "none") continue;
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos) return bad(item, "expected key=value");
+    std::string_view key = trim(item.substr(0, eq)), val = trim(item.substr(eq + 1));
+    if (key == "seed") {
+      if (!parse_u64(val, cfg.seed)) return bad(item, "the seed must be an unsigned integer");
+    } else if (key == "dir") {
+      if (val == "tx") to_tx = true, to_rx = false;
+      else if (val == "rx") to_tx = false, to_rx = true;
+      else if (val == "both") to_tx = to_rx = true;
+      else return bad(item, "dir must be tx, rx or both");
+    } else if (key == "ops") {
+      uint32_t ops = 0;
+      size_t p = 0;
+      while (p <= val.size()) {
+        size_t e = val.find_first_of("+|", p);
+        if (e == std::string_view::npos) e = val.size();
+        std::string_view name = trim(val.substr(p, e - p));
+        p = e + 1;
+        bool found = false;
+        for (const OpName& o : kOpNames)
+          if (name == o.name) ops |= o.bits, found = true;
+        if (!found) return bad(item, "unknown packet class '" + std::string(name) +
+                                         "' (data, read, atomic, ack, ud, other, all)");
+      }
+      cfg.ops = ops;
+    } else if (key.starts_with("tx.")) {
+      tx_items.emplace_back(item, key.substr(3));
+    } else if (key.starts_with("rx.")) {
+      rx_items.emplace_back(item, key.substr(3));
+    } else {
+      plain.emplace_back(item, key);
+    }
+  }
+  auto value_of = [](std::string_view item) { return trim(item.substr(item.find('=') + 1)); };
+  for (auto [item, key] : plain) {
+    if (to_tx) UROCE_TRY(apply_rate(item, key, value_of(item), cfg.tx));
+    if (to_rx) UROCE_TRY(apply_rate(item, key, value_of(item), cfg.rx));
+  }
+  for (auto [item, key] : tx_items) UROCE_TRY(apply_rate(item, key, value_of(item), cfg.tx));
+  for (auto [item, key] : rx_items) UROCE_TRY(apply_rate(item, key, value_of(item), cfg.rx));
+  return cfg;
+}
+
+std::string to_string(const FaultConfig& cfg) {
+  std::string s = "seed=" + std::to_string(cfg.seed);
+  char b[96];
+  auto rates = [&](const char* dir, const FaultRates& r) {
+    auto add = [&](const char* key, double p) {
+      if (p <= 0) return;
+      std::snprintf(b, sizeof b, ",%s.%s=%.9g", dir, key, p);
+      s += b;
+    };
+    add("drop", r.drop);
+    add("dup", r.dup);
+    if (r.reorder > 0) {
+      std::snprintf(b, sizeof b, ",%s.reorder=%.9g:%u", dir, r.reorder, r.reorder_max);
+      s += b;
+    }
+    if (r.delay > 0) {
+      std::snprintf(b, sizeof b, ",%s.delay=%.9g:%uus", dir, r.delay, r.delay_max_us);
+      s += b;
+    }
+    add("corrupt", r.corrupt);
+  };
+  rates("tx", cfg.tx);
+  rates("rx", cfg.rx);
+  if (cfg.ops != fault_ops::kAll) {
+    std::string ops;
+    for (const OpName& o : kOpNames)
+      if (o.bits != fault_ops::kAll && (cfg.ops & o.bits)) ops += (ops.empty() ? "" : "+") + std::string(o.name);
+    s += ",ops=" + (ops.empty() ? std::string("none") : ops);
+  }
+  return s;
+}
+
+}  // namespace uroce
+
+namespace uroce::net {
+
+uint32_t fault_class(uint8_t first_byte, size_t size) noexcept {
+  if (size < wire::kBthLen) return fault_ops::kOther;
+  const wire::OpcodeInfo& i = wire::info(first_byte);
+  if (!i.valid() || i.service == wire::Service::cnp) return fault_ops::kOther;
+  if (i.service == wire::Service::ud) return fault_ops::kUd;
+  if (i.flags & wire::op::kAck) return fault_ops::kAck;
+  if (i.flags & wire::op::kRead) return fault_ops::kRead;
+  if (i.flags & wire::op::kAtomic) return fault_ops::kAtomic;
+  if (i.flags & (wire::op::kSend | wire::op::kWrite)) return fault_ops::kData;
+  return fault_ops::kOther;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t& x) noexcept {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double unit(uint64_t x) noexcept { return double(x >> 11) * 0x1.0p-53; }
+
+uint8_t first_byte(const TxPacket& p) noexcept {
+  if (!p.head.empty()) return p.head[0];
+  if (!p.body.empty()) return p.body[0];
+  return p.tail.empty() ? 0 : p.tail[0];
+}
+
+void flatten(const TxPacket& p, std::vector<uint8_t>& out) {
+  out.resize(p.size());
+  uint8_t* d = out.data();
+  if (!p.head.empty()) std::memcpy(d, p.head.data(), p.head.size());
+  d += p.head.size();
+  if (!p.body.empty()) std::memcpy(d, p.body.data(), p.body.size());
+  d += p.body.size();
+  if (!p.tail.empty()) std::memcpy(d, p.tail.data(), p.tail.size());
+}
+
+}  // namespace
+
+void FaultIo::Rng::seed(uint64_t seed) noexcept {
+  for (uint64_t& w : s) w = splitmix64(seed);
+}
+
+uint64_t FaultIo::Rng::next() noexcept {  // xoshiro256**
+  const uint64_t result = std::rotl(s[1] * 5, 7) * 9;
+  const uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = std::rotl(s[3], 45);
+  return result;
+}
+
+Result<std::optional<FaultConfig>> FaultIo::from_env() {
+  const char* v = std::getenv("UROCE_FAULTS");
+  if (!v || !*v) return std::optional<FaultConfig>{};
+  auto cfg = parse_faults(v);
+  if (!cfg.ok()) return cfg.status();
+  if (!cfg->any()) return std::optional<FaultConfig>{};
+  return std::optional<FaultConfig>(*cfg);
+}
+
+Result<std::unique_ptr<FaultIo>> FaultIo::wrap(std::unique_ptr<PacketIo> inner, const FaultConfig& cfg) {
+  if (!inner) return err::inval("FaultIo needs a packet I/O to wrap");
+  std::unique_ptr<FaultIo> io(new FaultIo(std::move(inner), cfg));
+  io->epfd_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!io->epfd_.valid()) return err::from_errno(errno, "epoll_create1 for fault injection");
+  io->timerfd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!io->timerfd_.valid()) return err::from_errno(errno, "timerfd_create for fault injection");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = 0;
+  if (::epoll_ctl(io->epfd_.get(), EPOLL_CTL_ADD, io->inner_->wait_fd(), &ev) != 0)
+    return err::from_errno(errno, "epoll_ctl(inner wait fd) for fault injection");
+  ev.data.u32 = 1;
+  if (::epoll_ctl(io->epfd_.get(), EPOLL_CTL_ADD, io->timerfd_.get(), &ev) != 0)
+    return err::from_errno(errno, "epoll_ctl(timerfd) for fault injection");
+  UROCE_LOG(info, "fault injection on %s: %s", io->local().to_string().c_str(), to_string(cfg).c_str());
+  return io;
+}
+
+FaultIo::FaultIo(std::unique_ptr<PacketIo> inner, const FaultConfig& cfg)
+    : inner_(std::move(inner)), cfg_(cfg) {
+  tx_rng_.seed(cfg.seed ^ 0x7478000000000000ull);  // "tx"
+  rx_rng_.seed(cfg.seed ^ 0x7278000000000000ull);  // "rx"
+  cfg_.tx.reorder_max = std::max<uint32_t>(1, cfg_.tx.reorder_max);
+  cfg_.rx.reorder_max = std::max<uint32_t>(1, cfg_.rx.reorder_max);
+}
+
+FaultIo::~FaultIo() = default;
+
+IoStats FaultIo::stats() const noexcept {
+  IoStats s = inner_->stats();
+  s.tx_faults = tx_counts_;
+  s.rx_faults = rx_counts_;
+  return s;
+}
+
+FaultIo::Clock::time_point FaultIo::next_due() const noexcept {
+  Clock::time_point t = Clock::time_point::max();
+  for (const HeldTx& h : held_tx_) t = std::min(t, h.due);
+  for (const HeldRx& h : held_rx_) t = std::min(t, h.due);
+  return t;
+}
+
+FaultIo::Fate FaultIo::decide(Rng& rng, const FaultRates& r, size_t size, FaultCounts& c) noexcept {
+  uint64_t x[8];
+  for (uint64_t& v : x) v = rng.next();  // always 8 draws: the n-th packet's fate is fixed
+  Fate f;
+  if (unit(x[0]) < r.drop) {
+    f.drop = true;
+    ++c.dropped;
+    return f;
+  }
+  if (size > 0 && unit(x[1]) < r.corrupt) {
+    f.corrupt = true;
+    f.corrupt_pos = size_t(x[2] % size);
+    f.corrupt_xor = uint8_t(1 + (x[2] >> 40) % 255);
+    ++c.corrupted;
+  }
+  if (unit(x[3]) < r.dup) {
+    f.dup = true;
+    ++c.duplicated;
+  }
+  if (unit(x[4]) < r.reorder) {
+    f.reorder = true;
+    f.reorder_by = uint32_t(1 + x[5] % r.reorder_max);
+    ++c.reordered;
+  } else if (unit(x[6]) < r.delay) {
+    f.delay = true;
+    f.delay_for = std::chrono::microseconds(x[7] % (uint64_t(r.delay_max_us) + 1));
+    ++c.delayed;
+  }
+  return f;
+}
+
+std::vector<uint8_t> FaultIo::take_buf() noexcept {
+  if (spare_.empty()) return {};
+  std::vector<uint8_t> b = std::move(spare_.back());
+  spare_.pop_back();
+  return b;
+}
+
+void FaultIo::recycle(std::vector<uint8_t>&& b) noexcept {
+  if (b.capacity() == 0 || spare_.size() >= 256) return;
+  spare_.push_back(std::move(b));
+}
+
+std::vector<uint8_t>& FaultIo::tx_buf() noexcept {
+  if (tx_bufs_used_ == tx_bufs_.size()) tx_bufs_.emplace_back();
+  return tx_bufs_[tx_bufs_used_++];
+}
+
+std::vector<uint8_t>& FaultIo::rx_buf() noexcept {
+  if (rx_bufs_used_ == rx_bufs_.size()) rx_bufs_.emplace_back();
+  return rx_bufs_[rx_bufs_used_++];
+}
+
+void FaultIo::arm_timer() noexcept {
+  const Clock::time_point due = next_due();
+  if (due == armed_for_) return;
+  armed_for_ = due;
+  itimerspec its{};
+  if (due != Clock::time_point::max()) {
+    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(due.time_since_epoch()).count();
+    if (ns <= 0) ns = 1;  // already due: expires at once (an absolute time in the past)
+    its.it_value.tv_sec = time_t(ns / 1'000'000'000);
+    its.it_value.tv_nsec = long(ns % 1'000'000'000);
+  }
+  ::timerfd_settime(timerfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+// ------------------------------------------------------------------- send
+
+void FaultIo::tx_passed() noexcept {
+  for (size_t i = 0; i < held_tx_.size();) {
+    HeldTx& h = held_tx_[i];
+    if (h.countdown > 0 && --h.countdown == 0) {
+      std::vector<uint8_t>& b = tx_buf();
+      b.swap(h.data);
+      recycle(std::move(h.data));
+      TxPacket p;
+      p.dst = h.dst;
+      p.tos = h.tos;
+      p.head = b;
+      tx_out_.push_back(p);
+      held_tx_.erase(held_tx_.begin() + ptrdiff_t(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void FaultIo::tx_one(const TxPacket& in, Clock::time_point now) noexcept {
+  TxPacket p = in;
+  p.gso_segments = 0;  // each packet of a train on its own
+  if (!cfg_.tx.any() || !(cfg_.ops & fault_class(first_byte(in), in.size()))) {
+    tx_out_.push_back(p);
+    tx_passed();
+    return;
+  }
+  const Fate f = decide(tx_rng_, cfg_.tx, in.size(), tx_counts_);
+  if (f.drop) return;
+  if (f.corrupt) {  // a copy: never the application's memory
+    std::vector<uint8_t>& b = tx_buf();
+    flatten(in, b);
+    b[f.corrupt_pos] ^= f.corrupt_xor;
+    p.head = b;
+    p.body = {};
+    p.tail = {};
+  }
+  if (f.dup) {
+    tx_out_.push_back(p);
+    tx_passed();
+  }
+  if (f.reorder || f.delay) {
+    HeldTx h;
+    h.data = take_buf();
+    flatten(p, h.data);
+    h.dst = p.dst;
+    h.tos = p.tos;
+    if (f.reorder) {
+      h.countdown = f.reorder_by;
+      h.due = now + kReorderHoldMax;
+    } else {
+      h.due = now + f.delay_for;
+    }
+    held_tx_.push_back(std::move(h));
+    return;
+  }
+  tx_out_.push_back(p);
+  tx_passed();
+}
+
+void FaultIo::release_due_tx(Clock::time_point now) noexcept {
+  for (size_t i = 0; i < held_tx_.size();) {
+    HeldTx& h = held_tx_[i];
+    if (h.due <= now) {
+      std::vector<uint8_t>& b = tx_buf();
+      b.swap(h.data);
+      recycle(std::move(h.data));
+      TxPacket p;
+      p.dst = h.dst;
+      p.tos = h.tos;
+      p.head = b;
+      tx_out_.push_back(p);
+      held_tx_.erase(held_tx_.begin() + ptrdiff_t(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+size_t FaultIo::send_batch(std::span<const TxPacket> pkts) noexcept {
+  if (!cfg_.tx.any() && held_tx_.empty()) return inner_->send_batch(pkts);
+  const Clock::time_point now = Clock::now();
+  tx_out_.clear();
+  tx_bufs_used_ = 0;
+  release_due_tx(now);
+  for (const TxPacket& p : pkts) tx_one(p, now);
+  const size_t sent = tx_out_.empty() ? 0 : inner_->send_batch(tx_out_);
+  const size_t refused = tx_out_.size() - sent;
+  tx_out_.clear();
+  arm_timer();
+  // Dropped and held packets were handed to the (bad) network.
+  return pkts.size() - std::min(pkts.size(), refused);
+}
+
+// ---------------------------------------------------------------- receive
+
+void FaultIo::rx_emit_copy(std::vector<uint8_t>&& data, const RxPacket& meta, std::span<RxPacket> out,
+                           size_t& n) noexcept {
+  if (n < out.size()) {
+    std::vector<uint8_t>& b = rx_buf();
+    b.swap(data);
+    recycle(std::move(data));
+    out[n] = meta;
+    out[n].data = std::span<uint8_t>(b.data(), b.size());
+    ++n;
+    return;
+  }
+  HeldRx h;  // no room in this batch: first in the next one
+  h.data = std::move(data);
+  h.meta = meta;
+  h.due = Clock::time_point::min();
+  held_rx_.push_back(std::move(h));
+}
+
+void FaultIo::rx_emit(const RxPacket& p, std::span<RxPacket> out, size_t& n) noexcept {
+  if (n < out.size()) {
+    out[n++] = p;  // points into the inner I/O's buffer: valid until our next call
+    return;
+  }
+  std::vector<uint8_t> copy = take_buf();
+  copy.assign(p.data.begin(), p.data.end());
+  rx_emit_copy(std::move(copy), p, out, n);
+}
+
+void FaultIo::rx_passed(std::span<RxPacket> out, size_t& n) noexcept {
+  for (size_t i = 0; i < held_rx_.size();) {
+    HeldRx& h = held_rx_[i];
+    if (h.countdown > 0 && --h.countdown == 0) {
+      HeldRx x = std::move(h);
+      held_rx_.erase(held_rx_.begin() + ptrdiff_t(i));
+      rx_emit_copy(std::move(x.data), x.meta, out, n);  // may append (countdown 0) behind i
+    } else {
+      ++i;
+    }
+  }
+}
+
+size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
+  rx_bufs_used_ = 0;  // what the last call handed out is free again
+  const Clock::time_point now = Clock::now();
+  uint64_t ticks;
+  if (::read(timerfd_.get(), &ticks, sizeof ticks) == ssize_t(sizeof ticks))
+    armed_for_ = Clock::time_point::max();  // consumed: arm_timer() must set it again
+  if (!held_tx_.empty()) {
+    tx_out_.clear();
+    tx_bufs_used_ = 0;
+    release_due_tx(now);
+    if (!tx_out_.empty()) inner_->send_batch(tx_out_);
+    tx_out_.clear();
+  }
+  size_t n = 0;
+  // Held packets whose time has come go first: they arrived earlier.
+  for (size_t i = 0; i < held_rx_.size() && n < out.size();) {
+    if (held_rx_[i].due <= now) {
+      HeldRx x = std::move(held_rx_[i]);
+      held_rx_.erase(held_rx_.begin() + ptrdiff_t(i));
+      rx_emit_copy(std::move(x.data), x.meta, out, n);
+    } else {
+      ++i;
+    }
+  }
+  if (n < out.size()) {
+    const size_t want = out.size() - n;
+    if (rx_in_.size() < want) rx_in_.resize(want);
+    const size_t m = inner_->recv_batch(std::span<RxPacket>(rx_in_.data(), want));
+    for (size_t i = 0; i < m; ++i) {
+      const RxPacket& p = rx_in_[i];
+      if (!cfg_.rx.any() || p.truncated ||
+          !(cfg_.ops & fault_class(p.data.empty() ? 0 : p.data[0], p.data.size()))) {
+        rx_emit(p, out, n);
+        rx_passed(out, n);
+        continue;
+      }
+      const Fate f = decide(rx_rng_, cfg_.rx, p.data.size(), rx_counts_);
+      if (f.drop) continue;
+      std::vector<uint8_t> corrupted;
+      if (f.corrupt) {
+        corrupted = take_buf();
+        corrupted.assign(p.data.begin(), p.data.end());
+        corrupted[f.corrupt_pos] ^= f.corrupt_xor;
+      }
+      auto copy = [&] {
+        std::vector<uint8_t> c = take_buf();
+        if (f.corrupt) c.assign(corrupted.begin(), corrupted.end());
+        else c.assign(p.data.begin(), p.data.end());
+        return c;
+      };
+      if (f.dup) {
+        rx_emit_copy(copy(), p, out, n);
+        rx_passed(out, n);
+      }
+      if (f.reorder || f.delay) {
+        HeldRx h;
+        h.data = f.corrupt ? std::move(corrupted) : copy();
+        h.meta = p;
+        h.meta.data = {};
+        if (f.reorder) {
+          h.countdown = f.reorder_by;
+          h.due = now + kReorderHoldMax;
+        } else {
+          h.due = now + f.delay_for;
+        }
+        held_rx_.push_back(std::move(h));
+        continue;
+      }
+      if (f.corrupt) rx_emit_copy(std::move(corrupted), p, out, n);
+      else rx_emit(p, out, n);
+      rx_passed(out, n);
+    }
+  }
+  arm_timer();
+  return n;
+}
+
+}  // namespace uroce::net

@@ -1,0 +1,393 @@
+// Hostile traffic: hand-built packets that must be refused before a byte
+// moves, each counted under its reason, with every region of the victim
+// between guard pages (hostile.hpp).
+#include <random>
+
+#include "hostile.hpp"
+
+namespace uroce::test {
+namespace {
+
+using wire::AckType;
+using wire::NakCode;
+using wire::Opcode;
+
+std::vector<uint8_t> bytes(size_t n, uint8_t v = 0xab) { return std::vector<uint8_t>(n, v); }
+
+// The NAKs (type, code) among the victim's answers.
+std::vector<std::pair<AckType, uint8_t>> naks(const std::vector<wire::Headers>& hs) {
+  std::vector<std::pair<AckType, uint8_t>> out;
+  for (const auto& h : hs)
+    if (h.bth.opcode == uint8_t(Opcode::rc_ack) && wire::aeth_type(h.aeth.syndrome) != AckType::ack)
+      out.emplace_back(wire::aeth_type(h.aeth.syndrome), wire::aeth_value(h.aeth.syndrome));
+  return out;
+}
+bool has_read_data(const std::vector<wire::Headers>& hs) {
+  for (const auto& h : hs)
+    if (wire::info(h.bth.opcode).flags & wire::op::kRead) return true;
+  return false;
+}
+
+// The harness sees a legitimate WRITE land (so "untouched" means something).
+TEST(Hostile, ControlValidWriteLands) {
+  Victim v;
+  v.send1(Victim::packet(write_only(v.qp->qpn(), v.epsn++, v.all.addr() + 100, v.all.rkey(), 64), bytes(64, 0x5a)));
+  EXPECT_EQ(v.all.mem->data()[100], 0x5a);
+  EXPECT_EQ(v.all.mem->data()[163], 0x5a);
+  EXPECT_EQ(v.all.mem->data()[164], v.all.snapshot[164]);
+  auto a = v.answers();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(wire::aeth_type(a.back().aeth.syndrome), AckType::ack);
+}
+
+TEST(Hostile, BadIcrcIsDropped) {
+  Victim v;
+  auto p = Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), v.all.rkey(), 64), bytes(64));
+  auto spoiled_icrc = p;
+  spoiled_icrc.back() ^= 0x01;
+  auto spoiled_payload = p;
+  spoiled_payload[40] ^= 0x80;  // in the data: the ICRC no longer matches
+  auto spoiled_header = p;
+  spoiled_header[20] ^= 0x01;   // in the RETH's rkey
+  v.send({spoiled_icrc, spoiled_payload, spoiled_header});
+  const auto c = v.counters();
+  EXPECT_EQ(c.rx_icrc_bad, 3u);
+  EXPECT_EQ(c.resp_duplicates + c.resp_future_psn + c.resp_acks_sent, 0u);
+  EXPECT_TRUE(v.answers().empty());
+  v.expect_untouched("bad ICRC");
+}
+
+TEST(Hostile, MalformedAndTruncatedAreDropped) {
+  Victim v;
+  auto p = Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), v.all.rkey(), 64), bytes(64));
+  std::vector<std::vector<uint8_t>> bad;
+  bad.emplace_back(p.begin(), p.begin() + 11);       // shorter than a BTH
+  bad.emplace_back(p.begin(), p.begin() + 30);       // RETH cut
+  auto unknown = p;
+  unknown[0] = 0x1f;                                  // no such opcode
+  bad.push_back(unknown);
+  auto tver = p;
+  tver[1] |= 0x0f;                                    // TVer 15
+  bad.push_back(tver);
+  v.send(bad);
+  EXPECT_EQ(v.counters().rx_malformed, 4u);
+  v.expect_untouched("malformed");
+}
+
+TEST(Hostile, UnknownQpnIsDropped) {
+  Victim v;
+  std::vector<std::vector<uint8_t>> pkts;
+  const uint32_t mine = v.qp->qpn();
+  for (uint32_t q : {0u, 1u, mine + 100, mine ^ 0x4000, 0xffffffu})  // unused index, another process's slot
+    pkts.push_back(Victim::packet(write_only(q, v.epsn, v.all.addr(), v.all.rkey(), 64), bytes(64)));
+  v.send(pkts);
+  EXPECT_EQ(v.counters().rx_unknown_qp, 5u);
+  EXPECT_TRUE(v.answers().empty());
+  v.expect_untouched("unknown QPN");
+}
+
+TEST(Hostile, ForeignSourceIsDropped) {
+  Victim v;
+  // Everything right (QPN, PSN, rkey, ICRC for its own addresses) but the
+  // sender's address is not the peer's.
+  auto p = Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), v.all.rkey(), 64), bytes(64), kForeignIp);
+  auto r = Victim::packet(read_req(v.qp->qpn(), v.epsn, v.all.addr(), v.all.rkey(), 64), {}, kForeignIp);
+  v.send({p, r}, /*foreign=*/true);
+  EXPECT_EQ(v.counters().rx_foreign_source, 2u);
+  EXPECT_TRUE(v.answers().empty());
+  std::vector<net::RxPacket> rx(8);
+  EXPECT_EQ(v.foreigner->recv_batch(rx), 0u) << "the victim answered a stranger";
+  v.expect_untouched("foreign source");
+}
+
+TEST(Hostile, WrongServiceAndStateAreDropped) {
+  Victim v;
+  wire::Headers ud = bth(uint8_t(Opcode::ud_send_only), v.qp->qpn(), v.epsn, false);
+  ud.deth = {0x11111111, 0x42};
+  wire::Headers uc = bth(uint8_t(Opcode::uc_write_only), v.qp->qpn(), v.epsn, false);
+  uc.reth = {v.all.addr(), v.all.rkey(), 64};
+  v.send({Victim::packet(ud, bytes(64)), Victim::packet(uc, bytes(64))});
+  EXPECT_EQ(v.counters().rx_wrong_service, 2u);
+  // A QP in RESET or INIT receives nothing.
+  auto fresh = v.make_qp(access::kRemoteWrite, kPeerQpn + 2);
+  QpAttr a;
+  a.qp_state = QpState::reset;
+  ASSERT_TRUE(fresh->modify(a, qp_attr_mask::kState).ok());
+  v.send1(Victim::packet(write_only(fresh->qpn(), kRqPsn, v.all.addr(), v.all.rkey(), 64), bytes(64)));
+  EXPECT_EQ(v.counters().rx_bad_state, 1u);
+  v.expect_untouched("wrong service / state");
+}
+
+TEST(Hostile, StalePsnsAreDuplicatesThatChangeNothing) {
+  Victim v;
+  // Everything valid, but PSNs the victim has already passed: IBA's
+  // duplicate region is the 2^23 PSNs before the expected one.
+  std::vector<std::vector<uint8_t>> pkts;
+  for (uint32_t back : {1u, 2u, 1000u, (1u << 23) - 1, 1u << 23})
+    pkts.push_back(Victim::packet(write_only(v.qp->qpn(), (v.epsn - back) & 0xffffff, v.all.addr(), v.all.rkey(), 64),
+                                  bytes(64, 0xee)));
+  // Duplicate READs and atomics that match no remembered request.
+  pkts.push_back(Victim::packet(read_req(v.qp->qpn(), v.epsn - 5, v.all.addr(), v.all.rkey(), 64), {}));
+  pkts.push_back(Victim::packet(fetch_add(v.qp->qpn(), v.epsn - 7, v.all.addr(), v.all.rkey(), 1), {}));
+  v.send(pkts);
+  const auto c = v.counters();
+  EXPECT_EQ(c.resp_duplicates, 7u);
+  EXPECT_EQ(c.resp_dup_unmatched, 2u);
+  EXPECT_EQ(c.resp_dup_reads + c.resp_dup_atomics, 0u);
+  auto a = v.answers();
+  EXPECT_FALSE(has_read_data(a)) << "a stale READ was answered with data";
+  for (const auto& h : a) EXPECT_NE(h.bth.opcode, uint8_t(Opcode::rc_atomic_ack));
+  v.expect_untouched("stale PSNs");
+  // The expected PSN did not move: a valid packet still lands.
+  v.send1(Victim::packet(write_only(v.qp->qpn(), v.epsn++, v.all.addr(), v.all.rkey(), 8), bytes(8, 0x77)));
+  EXPECT_EQ(v.all.mem->data()[0], 0x77);
+}
+
+TEST(Hostile, FuturePsnsDrawOneSequenceNakAndChangeNothing) {
+  Victim v;
+  std::vector<std::vector<uint8_t>> pkts;
+  for (uint32_t ahead : {1u, 2u, 500u, (1u << 23) - 1})
+    pkts.push_back(Victim::packet(write_only(v.qp->qpn(), (v.epsn + ahead) & 0xffffff, v.all.addr(), v.all.rkey(), 64),
+                                  bytes(64, 0xee)));
+  pkts.push_back(Victim::packet(read_req(v.qp->qpn(), v.epsn + 3, v.all.addr(), v.all.rkey(), 64), {}));
+  pkts.push_back(Victim::packet(fetch_add(v.qp->qpn(), v.epsn + 9, v.all.addr(), v.all.rkey(), 1), {}));
+  v.send(pkts);
+  EXPECT_EQ(v.counters().resp_future_psn, 6u);
+  auto a = v.answers();
+  EXPECT_FALSE(has_read_data(a));
+  auto n = naks(a);
+  ASSERT_EQ(n.size(), 1u) << "one PSN-sequence NAK per gap";
+  EXPECT_EQ(n[0], std::make_pair(AckType::nak, uint8_t(NakCode::psn_sequence_error)));
+  EXPECT_EQ(a.back().bth.psn, v.epsn);
+  v.expect_untouched("future PSNs");
+}
+
+TEST(Hostile, GuessedRkeysAreRefused) {
+  Victim v;
+  std::mt19937_64 rng(2024);
+  constexpr int kGuesses = 3000;
+  std::vector<std::vector<uint8_t>> pkts;
+  for (int i = 0; i < kGuesses; ++i) {
+    uint32_t key = uint32_t(rng());
+    if (key == v.all.rkey() || key == v.write_only.rkey() || key == v.other_pd.rkey() || key == v.read_only.rkey())
+      continue;
+    switch (i % 3) {
+      case 0: pkts.push_back(Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), key, 64), bytes(64))); break;
+      case 1: pkts.push_back(Victim::packet(read_req(v.qp->qpn(), v.epsn, v.all.addr(), key, 64), {})); break;
+      default: pkts.push_back(Victim::packet(fetch_add(v.qp->qpn(), v.epsn, v.all.addr(), key, 1), {})); break;
+    }
+  }
+  // Local keys are no remote keys either (they name the same regions).
+  pkts.push_back(Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), v.all.mr->lkey(), 64), bytes(64)));
+  v.send(pkts);
+  const auto c = v.counters();
+  EXPECT_EQ(c.resp_rkey_errors, pkts.size());
+  EXPECT_GE(c.resp_access_naks_sent, 1u);
+  auto a = v.answers();
+  EXPECT_FALSE(has_read_data(a));
+  for (const auto& [type, code] : naks(a))
+    EXPECT_EQ(code, uint8_t(NakCode::remote_access_error)) << int(type);
+  v.expect_untouched("guessed rkeys");
+}
+
+TEST(Hostile, OutOfRangeAddressesAndLengthsAreRefused) {
+  Victim v;
+  const uint64_t base = v.all.addr(), end = base + Victim::kRegion;
+  const uint32_t k = v.all.rkey(), q = v.qp->qpn();
+  std::vector<std::vector<uint8_t>> pkts;
+  // WRITEs: one byte before, one byte past, far past, wrapping around, huge lengths.
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, base - 1, k, 64), bytes(64)));
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, end - 63, k, 64), bytes(64)));
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, end, k, 1), bytes(1)));
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, ~0ull - 10, k, 64), bytes(64)));
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, base, k, 0xffffffffu), bytes(64)));
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, 0, k, 64), bytes(64)));
+  // READs: the same, including a length that overflows 32-bit arithmetic.
+  pkts.push_back(Victim::packet(read_req(q, v.epsn, base - 4096, k, 4096), {}));
+  pkts.push_back(Victim::packet(read_req(q, v.epsn, end - 100, k, 101), {}));
+  pkts.push_back(Victim::packet(read_req(q, v.epsn, base, k, uint32_t(Victim::kRegion) + 1), {}));
+  pkts.push_back(Victim::packet(read_req(q, v.epsn, base, k, 0x7fffffffu), {}));
+  // Atomics: past the end, straddling it, before the start.
+  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, end, k, 1), {}));
+  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, end - 4, k, 1), {}));  // misaligned too
+  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, base - 8, k, 1), {}));
+  v.send(pkts);
+  auto c = v.counters();
+  EXPECT_EQ(c.resp_bounds_errors, 12u);
+  EXPECT_EQ(c.resp_misaligned_atomics, 1u);
+  EXPECT_GE(c.resp_access_naks_sent, 1u);
+  auto a = v.answers();
+  EXPECT_FALSE(has_read_data(a));
+  v.expect_untouched("out of range");
+}
+
+TEST(Hostile, WritesLongerThanTheirRethAreRefused) {
+  Victim v;
+  const uint32_t q = v.qp->qpn(), k = v.all.rkey();
+  // WRITE_FIRST announcing 1100 bytes (MTU 1024), then a LAST carrying 1024:
+  // the payload would run 948 bytes past the announced length.
+  wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
+  first.reth = {v.all.addr() + Victim::kRegion - 1100, k, 1100};
+  wire::Headers last = bth(uint8_t(Opcode::rc_write_last), q, v.epsn + 1);
+  v.send({Victim::packet(first, bytes(1024, 0x11)), Victim::packet(last, bytes(1024, 0x22))});
+  auto c = v.counters();
+  EXPECT_EQ(c.resp_len_errors, 1u);
+  // The first packet landed (it was within the grant); nothing of the second.
+  EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 1100], 0x11);
+  EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 77], 0x11);
+  EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 76], v.all.snapshot[Victim::kRegion - 76]);
+  v.resnapshot();
+  ++v.epsn;  // the FIRST was accepted
+  // A WRITE_ONLY whose payload is longer than its RETH length.
+  v.send1(Victim::packet(write_only(q, v.epsn, v.all.addr() + Victim::kRegion - 8, k, 8), bytes(512, 0x33)));
+  EXPECT_EQ(v.counters().resp_len_errors, 2u);
+  v.expect_untouched("WRITE longer than its RETH");
+}
+
+TEST(Hostile, SendLongerThanTheReceiveBufferIsRefused) {
+  Victim v;
+  // The only receive is 4096 bytes at the end of its region; send 4096 + 1024.
+  wire::Headers first = bth(uint8_t(Opcode::rc_send_first), v.qp->qpn(), v.epsn, false);
+  std::vector<std::vector<uint8_t>> pkts;
+  pkts.push_back(Victim::packet(first, bytes(1024, 0x44)));
+  for (uint32_t i = 1; i < 4; ++i)
+    pkts.push_back(Victim::packet(bth(uint8_t(Opcode::rc_send_middle), v.qp->qpn(), v.epsn + i, false), bytes(1024, 0x44)));
+  pkts.push_back(Victim::packet(bth(uint8_t(Opcode::rc_send_middle), v.qp->qpn(), v.epsn + 4, false), bytes(1024, 0x45)));
+  pkts.push_back(Victim::packet(bth(uint8_t(Opcode::rc_send_last), v.qp->qpn(), v.epsn + 5), bytes(1024, 0x46)));
+  v.send(pkts);
+  EXPECT_EQ(v.counters().resp_len_errors, 1u);
+  Wc wc[4];
+  auto n = v.cq->poll(wc);
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 1);
+  EXPECT_EQ(wc[0].status, WcStatus::loc_len_err);
+  // (The first 4096 bytes landed in the receive buffer; nothing after it.)
+  v.resnapshot();
+  v.expect_untouched("SEND too long");
+}
+
+TEST(Hostile, MissingAccessRightsAreRefused) {
+  Victim v;
+  const uint32_t q = v.qp->qpn();
+  std::vector<std::vector<uint8_t>> pkts;
+  pkts.push_back(Victim::packet(write_only(q, v.epsn, v.read_only.addr(), v.read_only.rkey(), 64), bytes(64)));
+  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, v.read_only.addr(), v.read_only.rkey(), 1), {}));
+  pkts.push_back(Victim::packet(read_req(q, v.epsn, v.write_only.addr(), v.write_only.rkey(), 64), {}));
+  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, v.write_only.addr(), v.write_only.rkey(), 1), {}));
+  // The QP grants nothing, whatever the region would.
+  const uint32_t qn = v.qp_none->qpn();
+  pkts.push_back(Victim::packet(write_only(qn, v.epsn_none, v.all.addr(), v.all.rkey(), 64), bytes(64)));
+  pkts.push_back(Victim::packet(read_req(qn, v.epsn_none, v.all.addr(), v.all.rkey(), 64), {}));
+  pkts.push_back(Victim::packet(fetch_add(qn, v.epsn_none, v.all.addr(), v.all.rkey(), 1), {}));
+  v.send(pkts);
+  EXPECT_EQ(v.counters().resp_rights_errors, 7u);
+  EXPECT_FALSE(has_read_data(v.answers()));
+  v.expect_untouched("missing access");
+}
+
+TEST(Hostile, RegionsOfAnotherPdAreRefused) {
+  Victim v;
+  const uint32_t q = v.qp->qpn(), k = v.other_pd.rkey();
+  const uint64_t a = v.other_pd.addr();
+  v.send({Victim::packet(write_only(q, v.epsn, a, k, 64), bytes(64)), Victim::packet(read_req(q, v.epsn, a, k, 64), {}),
+          Victim::packet(fetch_add(q, v.epsn, a, k, 1), {})});
+  EXPECT_EQ(v.counters().resp_pd_errors, 3u);
+  EXPECT_FALSE(has_read_data(v.answers()));
+  v.expect_untouched("wrong PD");
+}
+
+TEST(Hostile, ReadsAndAtomicsBeyondTheResponderLimitAreRefused) {
+  Victim v;
+  // max_dest_rd_atomic is 4: eight READs arriving together, before any
+  // response left, find the responder's resources taken after four.
+  std::vector<std::vector<uint8_t>> pkts;
+  for (uint32_t i = 0; i < 8; ++i)
+    pkts.push_back(Victim::packet(read_req(v.qp->qpn(), v.epsn + i, v.all.addr(), v.all.rkey(), 64), {}));
+  v.send(pkts);
+  const auto c = v.counters();
+  EXPECT_GE(c.resp_rd_atomic_limit, 1u);
+  EXPECT_GE(c.resp_inv_req_naks_sent, 1u);
+  v.expect_untouched("READ limit");
+}
+
+TEST(Hostile, OutOfSequenceOpcodesAreRefused) {
+  Victim v;
+  // A MIDDLE with no FIRST before it, a LAST alone.
+  v.send({Victim::packet(bth(uint8_t(Opcode::rc_write_middle), v.qp->qpn(), v.epsn, false), bytes(1024)),
+          Victim::packet(bth(uint8_t(Opcode::rc_send_last), v.qp->qpn(), v.epsn), bytes(10))});
+  EXPECT_EQ(v.counters().resp_opcode_seq_errors, 2u);
+  v.expect_untouched("opcode sequence");
+}
+
+}  // namespace
+}  // namespace uroce::test
+
+namespace uroce::test {
+namespace {
+
+// The requester side: responses that are not due (forged or stale) change
+// nothing; only the real one completes the READ.
+TEST(Hostile, ForgedAndStaleResponsesAreIgnored) {
+  Victim v;
+  namespace m = qp_attr_mask;
+  QpAttr a;
+  a.qp_state = QpState::rts;
+  a.sq_psn = 0x5000;
+  a.timeout = 18;  // 1 s: no retransmission during the test
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  ASSERT_TRUE(v.qp->modify(a, m::kState | m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic)
+                  .ok());
+  // READ 64 bytes of the "peer" into the first 64 bytes of `all`.
+  Sge sge{v.all.addr(), 64, v.all.mr->lkey()};
+  SendWr wr;
+  wr.wr_id = 77;
+  wr.opcode = WrOpcode::rdma_read;
+  wr.send_flags = send_flags::kSignaled;
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = 0x1000;
+  wr.rkey = 0x1234;
+  size_t bad;
+  ASSERT_TRUE(v.qp->post_send({&wr, 1}, &bad).ok());
+  auto reqs = v.answers();
+  ASSERT_EQ(reqs.size(), 1u);
+  ASSERT_EQ(reqs[0].bth.opcode, uint8_t(Opcode::rc_read_request));
+  const uint32_t psn = reqs[0].bth.psn;
+  EXPECT_EQ(psn, 0x5000u);
+  auto response = [&](uint32_t p) {
+    wire::Headers h = bth(uint8_t(Opcode::rc_read_response_only), v.qp->qpn(), p, false);
+    h.aeth.syndrome = wire::make_syndrome(AckType::ack, wire::kCreditsInvalid);
+    return h;
+  };
+  // From a stranger; for a PSN never sent; for one long acknowledged; an
+  // ACK that would acknowledge the future; a NAK from a stranger.
+  v.send({Victim::packet(response(psn), bytes(64, 0x66), kForeignIp)}, /*foreign=*/true);
+  wire::Headers ack = bth(uint8_t(Opcode::rc_ack), v.qp->qpn(), psn + 10, false);
+  ack.aeth.syndrome = wire::make_syndrome(AckType::ack, wire::kCreditsInvalid);
+  v.send({Victim::packet(response(psn + 1), bytes(64, 0x67)), Victim::packet(response(psn - 1), bytes(64, 0x68)),
+          Victim::packet(response(psn - 100000), bytes(64, 0x69)), Victim::packet(ack, {})});
+  wire::Headers nak = bth(uint8_t(Opcode::rc_ack), v.qp->qpn(), psn, false);
+  nak.aeth.syndrome = wire::make_syndrome(AckType::nak, uint8_t(NakCode::remote_access_error));
+  v.send({Victim::packet(nak, {}, kForeignIp)}, /*foreign=*/true);
+  auto c = v.counters();
+  EXPECT_EQ(c.rx_foreign_source, 2u);
+  EXPECT_EQ(c.req_stale_responses, 4u);
+  v.expect_untouched("forged responses");
+  Wc wc[2];
+  EXPECT_EQ(*v.cq->poll(wc), 0) << "a forged response completed the READ";
+  EXPECT_EQ(v.qp->state(), QpState::rts);
+  // The real response lands and completes it.
+  v.send1(Victim::packet(response(psn), bytes(64, 0x5a)));
+  auto n = v.cq->poll(wc);
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 1);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(wc[0].wr_id, 77u);
+  EXPECT_EQ(v.all.mem->data()[0], 0x5a);
+  EXPECT_EQ(v.all.mem->data()[63], 0x5a);
+  EXPECT_EQ(v.all.mem->data()[64], v.all.snapshot[64]);
+}
+
+}  // namespace
+}  // namespace uroce::test

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Functional checks of the measuring subcommands of the `uroce` tool.
+
+  check_tools.py pingpong UROCE MODE   `uroce pingpong --local MODE` prints the
+                                       table with numbers for both sides, and
+                                       its --json has the expected fields
+  check_tools.py perf UROCE            `uroce perf --json` parses and has the
+                                       expected fields for every point
+  check_tools.py baseline UROCE        `uroce baseline ... --json` likewise
+
+Quick (a few seconds each): these check that the tools work, not how fast
+anything is (that is bench/run's job).  Both ends run unpinned on ephemeral
+UDP ports, found through a registry private to the test.
+"""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd, timeout=60):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited with {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+    return p.stdout
+
+
+def check(cond, what, context=""):
+    if not cond:
+        sys.exit(f"FAIL: {what}\n{context}")
+
+
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def pingpong(uroce, mode):
+    base = [uroce, "pingpong", "--local", mode, "--iters", "200", "--warmup", "20", "--udp-port", "0",
+            "--cpus", "none"]
+    out = run(base)
+    num = r"\*?[0-9]+\.[0-9]"
+    client = re.search(rf"^{re.escape(mode)}\s+client\s+\|\s+({num})\s+(\S+)\s+\|\s+([0-9.]+)%\s+([0-9.]+)%", out, re.M)
+    check(client, f"no client row with numbers for {mode}", out)
+    server = re.search(rf"^\s+server\s+\|\s+({num})\s+\S+\s+\|\s+([0-9.]+)%\s+([0-9.]+)%", out, re.M)
+    check(server, f"no server row with numbers for {mode}", out)
+    check(float(client.group(1)) > 0, "a round trip of 0 us", out)
+    check("Ranked by round-trip time" in out, "no ranking", out)
+
+    j = json.loads(run(base + ["--json"]))
+    check(j["tool"] == "uroce pingpong" and j["size"] == 8 and j["iters"] == 200, "pingpong JSON header", j)
+    check(len(j["modes"]) == 1 and j["modes"][0]["mode"] == mode and j["modes"][0]["ok"], "pingpong JSON mode", j)
+    m = j["modes"][0]
+    for side in ("client", "server"):
+        f = m[side]
+        check(f["iters"] == 200, f"{side} iters", f)
+        rtt = f["rtt_mean_us"] if f["rtt_from_elapsed"] else f["rtt_median_us"]
+        check(number(rtt) and rtt > 0, f"{side} round trip", f)
+        for k in ("app_user", "app_kernel", "progress_user", "progress_kernel", "total"):
+            check(number(f["cpu_percent"][k]) and f["cpu_percent"][k] >= 0, f"{side} cpu_percent.{k}", f)
+    check(m["server"]["rtt_from_elapsed"] == mode.startswith("write-read"), "passive server flag", m)
+    check(number(m["client"]["rtt_p99_us"]) and m["client"]["rtt_p99_us"] >= m["client"]["rtt_median_us"],
+          "client p99 >= median", m)
+
+
+def perf(uroce):
+    out = run([uroce, "perf", "--json", "--op", "send,write,read,atomic", "--test", "lat,bw", "--size", "8,4K",
+               "--duration", "0.05", "--iters", "200", "--udp-port", "0", "--cpus", "none"])
+    j = json.loads(out)
+    check(j["tool"] == "uroce perf" and j["ok"] is True, "perf JSON header", out)
+    for k in ("window", "post_list", "signal_every", "duration_s"):
+        check(number(j["config"][k]), f"config.{k}", out)
+    res = j["results"]
+    # send, write and read at two sizes and one atomic point, for each test
+    check(len(res) == 14, f"{len(res)} results, expected 14", out)
+    seen = set()
+    for r in res:
+        check(r["ok"], f"point failed: {r}", out)
+        seen.add((r["op"], r["test"], r["size"]))
+        for side in ("client_cpu", "server_cpu"):
+            check(number(r[side]["total"]), f"{side}.total", r)
+        if r["test"] == "lat":
+            check(r["iters"] > 0, "iters", r)
+            for k in ("min", "median", "p99", "mean", "max"):
+                check(number(r["rtt_us"][k]) and r["rtt_us"][k] > 0, f"rtt_us.{k}", r)
+            check(r["rtt_us"]["min"] <= r["rtt_us"]["median"] <= r["rtt_us"]["p99"] <= r["rtt_us"]["max"], "order", r)
+        else:
+            for k in ("msgs", "seconds", "msgs_per_s", "bytes_per_s", "gbytes_per_s"):
+                check(number(r[k]) and r[k] > 0, k, r)
+            check(abs(r["bytes_per_s"] - r["msgs_per_s"] * r["size"]) <= 1e-5 * r["bytes_per_s"] + 1, "bytes", r)
+        if r["op"] == "send":
+            check(r["server_received"] >= (r["iters"] if r["test"] == "lat" else r["msgs"]), "server_received", r)
+    for op in ("send", "write", "read"):
+        for t in ("lat", "bw"):
+            for s in (8, 4096):
+                check((op, t, s) in seen, f"missing {op} {t} {s}", out)
+    check(("atomic", "lat", 8) in seen and ("atomic", "bw", 8) in seen, "missing atomics", out)
+
+
+def baseline(uroce):
+    for wait in ("busy", "blocking"):
+        j = json.loads(run([uroce, "baseline", "udp-pingpong", "--wait", wait, "--duration", "0.1", "--json",
+                            "--cpus", "none"]))
+        check(j["test"] == "udp-pingpong" and j["wait"] == wait and j["iters"] > 0, "udp-pingpong header", j)
+        check(number(j["rtt_us"]["median"]) and j["rtt_us"]["median"] > 0, "udp-pingpong rtt", j)
+    j = json.loads(run([uroce, "baseline", "udp-pingpong", "--size", "10000", "--ack", "--duration", "0.1", "--json",
+                        "--cpus", "none"]))
+    check(j["datagrams_per_message"] == 4, "10000 bytes at MTU 4096 + an ACK: 4 datagrams", j)
+    j = json.loads(run([uroce, "baseline", "udp-rate", "--size", "36", "--duration", "0.1", "--json", "--cpus",
+                        "none"]))
+    check(j["received"] > 0 and number(j["msgs_per_s"]) and j["msgs_per_s"] > 0, "udp-rate", j)
+
+
+def main():
+    what, uroce = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["UROCE_REGISTRY"] = os.path.join(d, "registry")
+        if what == "pingpong":
+            pingpong(uroce, sys.argv[3])
+        elif what == "perf":
+            perf(uroce)
+        elif what == "baseline":
+            baseline(uroce)
+        else:
+            sys.exit(f"unknown check {what}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
