@@ -257,9 +257,12 @@ void Nic::pump() noexcept {
     verbs::Qp* qp = ready_.front();
     ready_.pop_front();
     qp->in_ready_ = false;
+    // Requests first: an ACK (the shortest packet) then ends their GSO train.
+    // Each side has its own budget: neither starves the other.
     size_t budget = kPerQpBudget;
-    bool more = responder_produce(*this, *qp, budget);
-    if (budget > 0) more = requester_produce(*this, *qp, budget) || more;
+    bool more = requester_produce(*this, *qp, budget);
+    budget = kPerQpBudget;
+    more = responder_produce(*this, *qp, budget) || more;
     if (more) schedule(*qp);
     if (tx_.full()) tx_.flush(*io_, counters_);
   }

@@ -159,6 +159,7 @@ struct ResponderState {
   bool ack_pending = false;
   uint32_t ack_psn = 0;
   uint8_t ack_syndrome = 0;
+  uint32_t acks_owed = 0;      // packets asking for an ACK since the last one sent
   // READ/atomic resources in PSN order; the oldest are overwritten
   std::vector<RdAtomicResource> res;
   uint32_t res_head = 0;       // next slot to overwrite

@@ -44,13 +44,21 @@ bool final_nak_pending(const ResponderState& s) noexcept {
                              NakCode(wire::aeth_value(s.ack_syndrome)) == NakCode::psn_sequence_error);
 }
 
-void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
+// `lazy`: the packet completed a receive, so the application may answer it
+// right away and the ACK can leave with that answer (see below).
+void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn, bool lazy) noexcept {
   ResponderState& s = qp.resp_;
   if (nak_pending(s)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
   s.ack_syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
-  nic.schedule_ack(qp);
+  // An ACK for one message that completed a receive waits for what the
+  // application answers (a ping-pong's reply: both in one sendmmsg, the
+  // reply first), or for the next idle poll.  Any other ACK, or one for more
+  // packets (a stream: the sender's window would stall), leaves with this
+  // receive batch.
+  if (++s.acks_owed >= 2 || !lazy) nic.schedule(qp);
+  else nic.schedule_ack(qp);
 }
 
 void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
@@ -226,7 +234,8 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     s.msn = psn_add(s.msn, 1);
   }
   s.epsn = psn_add(psn, 1);
-  if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn);
+  if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req)
+    queue_ack(nic, qp, psn, (flags & op::kLast) != 0);
 }
 
 void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
@@ -286,7 +295,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
                     verbs::wc_flags::kWithImm, pkt.hdr.imm, pkt.hdr.bth.solicited);
   }
   s.epsn = psn_add(psn, 1);
-  if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn);
+  if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, last && (flags & op::kImm));
 }
 
 // More READs/atomics outstanding than max_dest_rd_atomic allows (the
@@ -383,7 +392,7 @@ void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   ++nic.counters().resp_duplicates;
   if (flags & (op::kSend | op::kWrite)) {
     // Its ACK was lost: acknowledge everything received so far.
-    if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn_add(s.epsn, kPsnMask));
+    if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn_add(s.epsn, kPsnMask), false);
     return;
   }
   for (RdAtomicResource& r : s.res) {
@@ -510,6 +519,7 @@ void emit_ack(Nic& nic, verbs::Qp& qp) noexcept {
   h.aeth.msn = s.msn;
   nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
   s.ack_pending = false;
+  s.acks_owed = 0;
   if (wire::aeth_type(s.ack_syndrome) == wire::AckType::ack) ++nic.counters().resp_acks_sent;
 }
 

@@ -20,7 +20,10 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   const size_t udp_len = hlen + body.size() + pad + wire::kIcrcLen;
   // Join the train in the making, or start one.  Packet i of a train gets
   // IPv4 ID base + i from the kernel's segmentation; its ICRC covers that.
-  const bool join = gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ &&
+  // A lone ACK goes as its own datagram: a two-packet train (a reply and its
+  // ACK) costs more than two datagrams in one sendmmsg (measured on lo).
+  const bool ack = h.bth.opcode == uint8_t(wire::Opcode::rc_ack);
+  const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ &&
                     udp_len <= train_seg_ && train_bytes_ + udp_len <= 65000 &&
                     pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
   wire::IpUdpFields seg_ip = ip;
@@ -34,7 +37,7 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
     train_first_ = n_;
     train_len_ = 1;
     train_bytes_ = train_seg_ = udp_len;
-    train_closed_ = gso_max_ < 2;
+    train_closed_ = gso_max_ < 2 || ack;
   }
   wire::Icrc crc(seg_ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
   crc.update(std::span<const uint8_t>(s.head + 12, hlen - 12));
