@@ -64,6 +64,8 @@ class FaultIo final : public PacketIo {
   size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
   size_t recv_batch(std::span<RxPacket> out) noexcept override;
   int wait_fd() const noexcept override { return epfd_.get(); }
+  bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
+  void done_wait() noexcept override { inner_->done_wait(); }
   size_t max_payload() const noexcept override { return inner_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override {
     return cfg_.tx.any() ? 0 : inner_->gso_max_segments();

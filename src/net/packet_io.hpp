@@ -1,7 +1,8 @@
 // The packet I/O interface the transport sits on: send a batch, receive a
 // batch, wait.  Implementations: UdpIo (RoCEv2 over UDP sockets), FakeIo (an
-// in-memory wire for protocol tests); a shared-memory one can follow without
-// the transport noticing.  A fault-injecting decorator wraps any of them.
+// in-memory wire for protocol tests), ShmIo (same-host peers through
+// shared-memory rings, the rest through a UdpIo).  A fault-injecting
+// decorator wraps any of them.
 //
 // Threading: an instance is used by one thread at a time (the NIC's engine
 // lock serialises callers); wait_fd() may be polled by any thread.
@@ -63,6 +64,12 @@ struct IoStats {
   uint64_t rx_dropped = 0;
   // Faults injected on the way out and in (0 without a FaultIo).
   FaultCounts tx_faults, rx_faults;
+  // Shared-memory rings (ShmIo; included in tx_packets / rx_packets above):
+  // packets through them, packets dropped because the peer's ring stayed
+  // full, slots skipped because their producer never published them, and
+  // the doorbell datagrams that woke sleeping consumers (not packets).
+  uint64_t shm_tx_packets = 0, shm_rx_packets = 0, shm_tx_full = 0, shm_rx_skipped = 0;
+  uint64_t doorbells_tx = 0, doorbells_rx = 0;
 };
 
 class PacketIo {
@@ -88,6 +95,14 @@ class PacketIo {
 
   // A file descriptor that polls readable while packets wait to be received.
   virtual int wait_fd() const noexcept = 0;
+
+  // A thread about to sleep in wait_fd() calls prepare_wait() first and
+  // done_wait() when it wakes (any thread, without the engine lock).  An I/O
+  // that receives packets wait_fd() does not see (ShmIo's rings) learns
+  // that it must wake the sleeper; true means packets are already waiting:
+  // do not sleep (poll with timeout 0), receive.
+  virtual bool prepare_wait() noexcept { return false; }
+  virtual void done_wait() noexcept {}
 
   // Largest UDP payload this I/O can carry.
   virtual size_t max_payload() const noexcept = 0;

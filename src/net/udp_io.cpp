@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/log.hpp"
+#include "net/doorbell.hpp"
 
 namespace uroce::net {
 namespace {
@@ -138,6 +139,13 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
                set_int(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO").ok();
   }
   io->rx_buf_size_ = round_up((io->gso_ ? kGroBufSize : cfg.max_payload) + kRxMargin, kRxAlign);
+  {
+    int ttl = 0;
+    socklen_t tl = sizeof ttl;
+    if (::getsockopt(fd, io->v6_ ? IPPROTO_IPV6 : IPPROTO_IP, io->v6_ ? IPV6_UNICAST_HOPS : IP_TTL, &ttl, &tl) == 0 &&
+        ttl > 0 && ttl < 256)
+      io->ttl_ = uint8_t(ttl);
+  }
   io->rcvbuf_ = set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.rcvbuf);
   io->sndbuf_ = set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.sndbuf);
 
@@ -295,6 +303,17 @@ size_t UdpIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   return sent;
 }
 
+bool UdpIo::send_doorbell(const Endpoint& dst) noexcept {
+  if (dst.addr.is_v4() == v6_) return false;
+  sockaddr_storage ss;
+  const socklen_t len = dst.to_sockaddr(ss);
+  if (::sendto(fd_.get(), kDoorbell, sizeof kDoorbell, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&ss), len) !=
+      ssize_t(sizeof kDoorbell))
+    return false;
+  ++stats_.doorbells_tx;
+  return true;
+}
+
 void UdpIo::parse_rx(size_t i) noexcept {
   Rings& r = *r_;
   const msghdr& h = r.rx_msgs[i].msg_hdr;
@@ -342,8 +361,19 @@ void UdpIo::parse_rx(size_t i) noexcept {
 }
 
 size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
-  Rings& r = *r_;
   if (out.empty()) return 0;
+  // A batch of nothing but doorbells says nothing about what follows it.
+  for (int round = 0; round < 4; ++round) {
+    const bool fresh = rx_cur_ == rx_msgs_;
+    const size_t n = recv_some(out);
+    if (n > 0) return n;
+    if (fresh && rx_msgs_ < batch_) return 0;  // the socket is drained
+  }
+  return 0;
+}
+
+size_t UdpIo::recv_some(std::span<RxPacket> out) noexcept {
+  Rings& r = *r_;
   if (rx_cur_ == rx_msgs_) {  // everything handed out: read more
     for (size_t i = 0; i < batch_; ++i) {
       msghdr& h = r.rx_msgs[i].msg_hdr;
@@ -353,7 +383,10 @@ size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
     }
     // MSG_TRUNC: msg_len reports the datagram's real length.
     const int got = ::recvmmsg(fd_.get(), r.rx_msgs.data(), unsigned(batch_), MSG_TRUNC, nullptr);
-    if (got <= 0) return 0;  // EAGAIN: nothing waiting
+    if (got <= 0) {  // EAGAIN: nothing waiting
+      rx_msgs_ = rx_cur_ = 0;
+      return 0;
+    }
     for (size_t i = 0; i < size_t(got); ++i) parse_rx(i);
     rx_msgs_ = size_t(got);
     rx_cur_ = rx_off_ = 0;
@@ -365,16 +398,23 @@ size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
     const RxMeta& m = r.rx_meta[rx_cur_];
     const size_t len = std::min(m.len, rx_buf_size_);
     const size_t seg = m.gso ? std::min(m.gso, len - rx_off_) : len;
-    RxPacket& p = out[n++];
-    p.data = {static_cast<uint8_t*>(r.rx_iov[rx_cur_].iov_base) + rx_off_, seg};
-    p.truncated = m.truncated || seg > max_payload_;
-    p.src = m.src;
-    p.dst = m.dst;
-    p.tos = m.tos;
-    p.ttl = m.ttl;
-    p.ipv4_id_hint = rx_seg_;
-    ++stats_.rx_packets;
-    if (p.truncated) ++stats_.rx_truncated;
+    uint8_t* const data = static_cast<uint8_t*>(r.rx_iov[rx_cur_].iov_base) + rx_off_;
+    if (!m.truncated && is_doorbell({data, seg})) {
+      // A shared-memory producer woke us (ShmIo): not a packet.
+      ++stats_.doorbells_rx;
+      stats_.rx_bytes -= std::min<uint64_t>(stats_.rx_bytes, seg);
+    } else {
+      RxPacket& p = out[n++];
+      p.data = {data, seg};
+      p.truncated = m.truncated || seg > max_payload_;
+      p.src = m.src;
+      p.dst = m.dst;
+      p.tos = m.tos;
+      p.ttl = m.ttl;
+      p.ipv4_id_hint = rx_seg_;
+      ++stats_.rx_packets;
+      if (p.truncated) ++stats_.rx_truncated;
+    }
     rx_off_ += seg;
     ++rx_seg_;
     if (rx_off_ >= len || seg == 0) {

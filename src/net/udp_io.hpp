@@ -67,6 +67,16 @@ class UdpIo final : public PacketIo {
   int rcvbuf() const noexcept { return rcvbuf_; }
   int sndbuf() const noexcept { return sndbuf_; }
   size_t batch() const noexcept { return batch_; }
+  // The TTL / hop limit the kernel puts on our datagrams (what a receiver
+  // sees on loopback).
+  uint8_t tx_ttl() const noexcept { return ttl_; }
+  // Datagrams of the last recvmmsg not handed out yet (recv_batch() returns
+  // them without a system call).
+  bool rx_buffered() const noexcept { return rx_cur_ < rx_msgs_; }
+  // Sends a doorbell datagram (net/doorbell.hpp) to dst; counted in
+  // stats().doorbells_tx, not as a packet.  Received doorbells are swallowed
+  // by recv_batch() and counted in doorbells_rx.
+  bool send_doorbell(const Endpoint& dst) noexcept;
 
  private:
   struct Rings;  // the preallocated msghdr / iovec / cmsg / buffer arrays
@@ -76,6 +86,7 @@ class UdpIo final : public PacketIo {
   size_t flush(size_t n) noexcept;
   // Reads the metadata of datagram i of the last recvmmsg into rx_meta.
   void parse_rx(size_t i) noexcept;
+  size_t recv_some(std::span<RxPacket> out) noexcept;  // recv_batch's one recvmmsg
   bool wait_writable() noexcept;
 
   UniqueFd fd_;
@@ -85,6 +96,7 @@ class UdpIo final : public PacketIo {
   size_t max_payload_ = 0;
   size_t rx_buf_size_ = 0;
   int rcvbuf_ = 0, sndbuf_ = 0;
+  uint8_t ttl_ = 64;
   bool congested_ = false;  // send_batch gave up on a full socket buffer
   bool gso_ = false;        // UDP_SEGMENT + UDP_GRO in use
   // Datagrams of the last recvmmsg not yet handed out (a GRO datagram may

@@ -7,6 +7,7 @@
 #include "common/log.hpp"
 #include "net/fault_io.hpp"
 #include "net/registry.hpp"
+#include "net/shm_io.hpp"
 #include "net/stats_file.hpp"
 #include "net/udp_io.hpp"
 #include "transport/protocol.hpp"
@@ -92,7 +93,7 @@ Status Nic::open_io(const IoFactory* factory) {
     ucfg.gso = !(gso && std::string_view(gso) == "0");
     auto io = net::UdpIo::open(ucfg);
     if (!io.ok()) return io.status();
-    io_ = std::move(*io);
+    io_ = net::ShmIo::wrap_if_enabled(std::move(*io));  // UROCE_SHM=1: same-host peers through shared memory
   }
   // Fault injection: the device's own configuration, else UROCE_FAULTS.
   if (cfg_.faults) {

@@ -45,9 +45,11 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
     if (!lazy_.empty()) flush_acks();
   }
   pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
-  const int ready = ::poll(pfd, 2, timeout_ms);
+  const bool pending = io_->prepare_wait();  // packets the socket does not show (ShmIo): no sleep
+  const int ready = ::poll(pfd, 2, pending ? 0 : timeout_ms);
+  io_->done_wait();
   const bool interrupted = ready < 0 && errno == EINTR;
-  const bool rx = ready > 0 && (pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN);
+  const bool rx = (pending || (ready > 0 && (pfd[1].revents & POLLIN))) && !(pfd[0].revents & POLLIN);
   std::lock_guard g(mu_);
   if (rx) drive();
   (void)maybe_publish_stats();  // the progress thread may be asleep for good meanwhile
@@ -143,8 +145,11 @@ void Nic::progress_thread_main() noexcept {
                            std::memory_order_relaxed);
     }
     epoll_event evs[2];
-    const int n = ::epoll_wait(epfd_, evs, 2, timeout_ms);
-    rx_event = false;
+    const bool in_socket = armed;  // sleeping in the socket: say so to the I/O
+    const bool pending = in_socket && io_->prepare_wait();
+    const int n = ::epoll_wait(epfd_, evs, 2, pending ? 0 : timeout_ms);
+    if (in_socket) io_->done_wait();
+    rx_event = pending;
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 0) {
         uint64_t v;

@@ -1,0 +1,225 @@
+#include "net/shm_io.hpp"
+
+#include <sched.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "common/log.hpp"
+
+namespace uroce::net {
+namespace {
+
+constexpr auto kRecheck = std::chrono::seconds(1);          // a ring in use: is it still the one?
+constexpr auto kRecheckAbsent = std::chrono::milliseconds(250);  // no ring: has one appeared?
+constexpr auto kUdpHot = std::chrono::milliseconds(1);      // datagrams came lately: read every time
+constexpr size_t kMaxPeers = 1024;
+
+}  // namespace
+
+bool ShmIo::enabled_by_env() noexcept {
+  const char* v = std::getenv("UROCE_SHM");
+  if (!v) return false;
+  const std::string_view s = v;
+  return s == "1" || s == "on" || s == "true" || s == "yes";
+}
+
+std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp) {
+  if (!enabled_by_env()) return udp;
+  auto shm = wrap(std::move(udp));
+  if (shm.ok()) return std::move(*shm);
+  UROCE_LOG(warn, "UROCE_SHM: shared-memory rings unavailable, UDP only: %s", shm.status().to_string().c_str());
+  return udp;  // untouched: wrap() takes it only on success
+}
+
+Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const ShmConfig& cfg) {
+  if (!udp) return err::inval("ShmIo needs a UdpIo to wrap");
+  std::unique_ptr<ShmIo> io(new ShmIo());
+  io->cfg_ = cfg;
+  io->dir_ = cfg.dir.empty() ? shm_dir() : cfg.dir;
+  const Endpoint local = udp->local();
+  io->use_shm_ = !local.addr.is_unspecified();
+  if (io->use_shm_) {
+    if (cfg.clean_stale) {
+      const size_t n = ShmRing::clean_stale(io->dir_);
+      if (n) UROCE_LOG(info, "shm: removed %zu ring files of dead processes from %s", n, io->dir_.c_str());
+    }
+    ShmRing::CreateOptions opt = cfg.ring;
+    opt.payload_max = udp->max_payload();
+    auto ring = ShmRing::create(shm_ring_path(io->dir_, local), opt);
+    if (!ring.ok()) return ring.status();
+    io->ring_ = std::move(*ring);
+    UROCE_LOG(info, "shm: %s receives through %s", local.to_string().c_str(), io->ring_->path().c_str());
+  }
+  io->udp_out_.reserve(2 * kMaxBatch);
+  io->touched_.reserve(16);
+  io->udp_ = std::move(udp);
+  return io;
+}
+
+ShmIo::~ShmIo() = default;
+
+size_t ShmIo::peer(const Endpoint& ep, Clock::time_point now) noexcept {
+  size_t i = last_peer_;
+  if (i >= peers_.size() || peers_[i].ep != ep) {
+    i = 0;
+    while (i < peers_.size() && peers_[i].ep != ep) ++i;
+    if (i == peers_.size()) {
+      Peer p;
+      p.ep = ep;
+      p.path = shm_ring_path(dir_, ep);
+      p.recheck = Clock::time_point::min();
+      peers_.push_back(std::move(p));
+    }
+    last_peer_ = i;
+  }
+  Peer& p = peers_[i];
+  if (now >= p.recheck || (p.ring && p.ring->closed())) refresh(p, now);
+  return i;
+}
+
+void ShmIo::refresh(Peer& p, Clock::time_point now) noexcept {
+  if (p.ring) {
+    struct stat st;
+    if (!p.ring->closed() && ::stat(p.path.c_str(), &st) == 0 && uint64_t(st.st_ino) == p.ring->inode() &&
+        p.ring->owner_alive()) {
+      p.recheck = now + kRecheck;
+      return;
+    }
+    UROCE_LOG(debug, "shm: the ring of %s is gone or replaced", p.ep.to_string().c_str());
+    p.ring.reset();
+  }
+  auto r = ShmRing::attach(p.path);
+  if (r.ok()) {
+    p.ring = std::move(*r);
+    p.recheck = now + kRecheck;
+    UROCE_LOG(debug, "shm: %s is reached through %s", p.ep.to_string().c_str(), p.path.c_str());
+  } else {
+    p.recheck = now + kRecheckAbsent;
+  }
+}
+
+bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
+  if (p.full) {
+    ++shm_full_;
+    return false;
+  }
+  const ShmMeta meta{udp_->local(), pkt.dst.addr, pkt.tos, udp_->tx_ttl(), id_hint};
+  Clock::time_point first_full{};
+  for (;;) {
+    switch (p.ring->put(meta, pkt.head, pkt.body, pkt.tail)) {
+      case ShmRing::Put::ok:
+        ++shm_tx_;
+        shm_tx_bytes_ += pkt.size();
+        return true;
+      case ShmRing::Put::lost:
+      case ShmRing::Put::too_big:  // (checked before: cannot happen)
+        ++shm_lost_;
+        return false;
+      case ShmRing::Put::full:
+        break;
+    }
+    // Full: the consumer is behind.  Make sure it is awake, give it a
+    // moment, then drop (as a full socket buffer would).
+    const Clock::time_point now = Clock::now();
+    if (first_full == Clock::time_point{}) {
+      first_full = now;
+      if (p.ring->need_doorbell()) udp_->send_doorbell(p.ep);
+      if (!p.ring->owner_alive()) {  // nobody will ever empty it
+        p.recheck = now;
+        p.full = true;
+        ++shm_full_;
+        return false;
+      }
+    } else if (now - first_full >= cfg_.full_wait) {
+      p.full = true;
+      ++shm_full_;
+      return false;
+    }
+    ::sched_yield();
+  }
+}
+
+size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
+  const Clock::time_point now = Clock::now();
+  if (peers_.size() >= kMaxPeers) {
+    peers_.clear();
+    last_peer_ = 0;
+  }
+  udp_out_.clear();
+  touched_.clear();
+  size_t sent = 0;
+  for (size_t k = 0; k < pkts.size();) {
+    const TxPacket& first = pkts[k];
+    const size_t segs = first.gso_segments > 1 ? std::min<size_t>(first.gso_segments, pkts.size() - k) : 1;
+    Peer* p = nullptr;
+    if (use_shm_ && first.dst.addr.is_v4() == udp_->local().addr.is_v4()) {
+      const size_t i = peer(first.dst, now);
+      p = &peers_[i];
+      if (!p->ring || first.size() > p->ring->payload_max()) {
+        p = nullptr;
+      } else if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) {
+        touched_.push_back(i);
+      }
+    }
+    if (!p) {  // by UDP, trains as they are
+      udp_out_.insert(udp_out_.end(), pkts.begin() + ptrdiff_t(k), pkts.begin() + ptrdiff_t(k + segs));
+    } else {
+      // A train becomes one slot per packet; packet j carries the ICRC its
+      // sender computed for IPv4 ID j, as a GRO receive would report it.
+      for (size_t j = 0; j < segs; ++j)
+        if (put(*p, pkts[k + j], uint16_t(j))) ++sent;
+    }
+    k += segs;
+  }
+  for (size_t i : touched_) {
+    Peer& p = peers_[i];
+    p.full = false;
+    if (p.ring && p.ring->need_doorbell()) udp_->send_doorbell(p.ep);
+  }
+  if (!udp_out_.empty()) sent += udp_->send_batch(udp_out_);
+  return sent;
+}
+
+size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
+  size_t n = ring_ ? ring_->take(out) : 0;
+  if (n == out.size()) return n;
+  const Clock::time_point now = Clock::now();
+  bool due = udp_due_.load(std::memory_order_relaxed);
+  if (due) udp_due_.store(false, std::memory_order_relaxed);
+  due = due || udp_->rx_buffered() || now >= udp_next_ || now < udp_hot_until_;
+  if (due) {
+    const size_t m = udp_->recv_batch(out.subspan(n));
+    udp_next_ = now + cfg_.udp_poll_interval;
+    if (m > 0) udp_hot_until_ = now + kUdpHot;
+    n += m;
+  }
+  return n;
+}
+
+bool ShmIo::prepare_wait() noexcept { return ring_ ? ring_->prepare_sleep() : false; }
+
+void ShmIo::done_wait() noexcept {
+  if (ring_) ring_->end_sleep();
+  udp_due_.store(true, std::memory_order_relaxed);  // whatever woke us may be in the socket
+}
+
+IoStats ShmIo::stats() const noexcept {
+  IoStats s = udp_->stats();
+  s.tx_packets += shm_tx_;
+  s.tx_bytes += shm_tx_bytes_;
+  s.tx_errors += shm_full_ + shm_lost_;
+  s.shm_tx_packets = shm_tx_;
+  s.shm_tx_full = shm_full_;
+  if (ring_) {
+    s.shm_rx_packets = ring_->rx_packets();
+    s.shm_rx_skipped = ring_->skipped();
+    s.rx_packets += ring_->rx_packets();
+    s.rx_bytes += ring_->header().rx_bytes.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace uroce::net

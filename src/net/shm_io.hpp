@@ -1,0 +1,117 @@
+// ShmIo: RoCEv2 between the uroce NICs of one host through shared memory,
+// and to everybody else through the UdpIo it wraps.
+//
+// The packets are the very same UDP payloads (headers, payload, pad, ICRC)
+// that UdpIo would send, so the receive path, its counters and fault
+// injection (FaultIo wraps a ShmIo like any PacketIo) do not change.
+//
+// Each ShmIo with a specific local address owns an inbound ShmRing (see
+// shm_ring.hpp) named after (user, network namespace, address, port).  To
+// send, it looks for the ring of the destination (addr, port): if there is
+// one whose owner lives, the packet is copied into a slot of it; otherwise
+// it goes out through the UDP socket.  The answer is cached per destination
+// and checked again every second (a replaced file, e.g. a restarted peer,
+// is noticed by its inode; a ring closed by its owner at once).  A ring that
+// stays full for kFullWait drops the packet (tx_errors, shm_tx_full), as a
+// full socket buffer would: RC retransmits.  A GSO train to a ring becomes
+// one slot per packet, packet i with ipv4_id_hint i (the ICRC its sender
+// computed for IPv4 ID i).
+//
+// recv_batch() takes packets from the ring first (no system call), then
+// from the socket -- but a busy poller reads the socket only every
+// udp_poll_interval while no UDP traffic arrives (and at once after a
+// sleep, or while datagrams came in the last millisecond), so polling an
+// empty ring costs no system call either.
+//
+// Sleeping: prepare_wait() marks the ring's consumer asleep; a producer that
+// publishes into a ring whose consumer sleeps sends one doorbell datagram to
+// its socket, which wakes the poll/epoll on wait_fd() (the socket) and is
+// swallowed by UdpIo.
+//
+// Enabled in the NIC by UROCE_SHM=1 (off by default: captures and Soft-RoCE
+// on the same host see only what goes through the kernel).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net/packet_io.hpp"
+#include "net/shm_ring.hpp"
+#include "net/udp_io.hpp"
+
+namespace uroce::net {
+
+struct ShmConfig {
+  std::string dir;  // where ring files live; "" = shm_dir()
+  ShmRing::CreateOptions ring;
+  // How often a busy poller reads the socket while no datagram came lately.
+  std::chrono::microseconds udp_poll_interval{50};
+  // How long a full ring is waited for before a packet is dropped.
+  std::chrono::microseconds full_wait{200};
+  // Remove ring files of dead processes when opening.
+  bool clean_stale = true;
+};
+
+class ShmIo final : public PacketIo {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Takes `udp` only on success.
+  static Result<std::unique_ptr<ShmIo>> wrap(std::unique_ptr<UdpIo>&& udp, const ShmConfig& cfg = {});
+  // UROCE_SHM=1 (also "on", "true", "yes").
+  static bool enabled_by_env() noexcept;
+  // What the NIC uses: `udp` wrapped in a ShmIo when UROCE_SHM asks for it
+  // (and it can be made: else a warning and `udp` as it is).
+  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp);
+  ~ShmIo() override;
+
+  Endpoint local() const noexcept override { return udp_->local(); }
+  uint16_t tx_ipv4_id() const noexcept override { return udp_->tx_ipv4_id(); }
+  uint16_t tx_ipv4_frag() const noexcept override { return udp_->tx_ipv4_frag(); }
+  size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
+  size_t recv_batch(std::span<RxPacket> out) noexcept override;
+  int wait_fd() const noexcept override { return udp_->wait_fd(); }
+  bool prepare_wait() noexcept override;
+  void done_wait() noexcept override;
+  size_t max_payload() const noexcept override { return udp_->max_payload(); }
+  uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
+  IoStats stats() const noexcept override;
+
+  UdpIo& udp() noexcept { return *udp_; }
+  const UdpIo& udp() const noexcept { return *udp_; }
+  // Our inbound ring (null when the local address is unspecified).
+  const ShmRing* ring() const noexcept { return ring_.get(); }
+  const std::string& dir() const noexcept { return dir_; }
+
+ private:
+  struct Peer {
+    Endpoint ep;
+    std::string path;
+    std::unique_ptr<ShmRing> ring;  // null: this destination is reached by UDP
+    Clock::time_point recheck;
+    bool full = false;  // full for good in this batch
+  };
+  ShmIo() = default;
+  size_t peer(const Endpoint& ep, Clock::time_point now) noexcept;  // index in peers_
+  void refresh(Peer& p, Clock::time_point now) noexcept;
+  bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
+
+  std::unique_ptr<UdpIo> udp_;
+  std::unique_ptr<ShmRing> ring_;
+  std::string dir_;
+  ShmConfig cfg_;
+  bool use_shm_ = false;  // our address is specific: peers can tell it is us
+  std::vector<Peer> peers_;
+  size_t last_peer_ = 0;
+  std::vector<TxPacket> udp_out_;  // the packets of a batch that go by UDP
+  std::vector<size_t> touched_;    // peers_ whose rings were written in this batch
+  // Socket polling of recv_batch.
+  std::atomic<bool> udp_due_{true};
+  Clock::time_point udp_next_{}, udp_hot_until_{};
+  uint64_t shm_tx_ = 0, shm_tx_bytes_ = 0, shm_full_ = 0, shm_lost_ = 0;
+};
+
+}  // namespace uroce::net

@@ -1,0 +1,688 @@
+// ShmRing and ShmIo: the shared-memory packet rings between the uroce NICs of
+// one host.  The ring (order, wrap-around, a full ring, producers in threads
+// and in processes, producers that die or stall mid-write) and the PacketIo
+// over it (two NICs exchanging packets with no UDP datagram, GSO trains and
+// their ICRCs, back-pressure, the doorbell that wakes a sleeper, stale ring
+// files of dead processes, a restarted peer, fault injection on top).
+// Every test works in a private directory under /dev/shm, removed after it.
+#include "net/shm_io.hpp"
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "net/fault_io.hpp"
+#include "support/roce_packet.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+
+namespace uroce::net {
+namespace {
+
+using namespace std::chrono_literals;
+using Bytes = std::vector<uint8_t>;
+using Clock = std::chrono::steady_clock;
+
+const IpAddr kLo = *IpAddr::parse("127.0.0.1");
+
+// Packet k of producer `who`: [who][k][pattern], `len` bytes in all (>= 8).
+Bytes make_pkt(uint32_t who, uint32_t k, size_t len) {
+  Bytes b(len);
+  std::memcpy(b.data(), &who, 4);
+  std::memcpy(b.data() + 4, &k, 4);
+  for (size_t i = 8; i < len; ++i) b[i] = uint8_t(who * 131 + k * 7 + i);
+  return b;
+}
+size_t len_for(uint32_t k) { return 8 + (k * 37) % 600; }
+
+struct Parsed {
+  uint32_t who, k;
+  bool intact;
+};
+Parsed parse(std::span<const uint8_t> d) {
+  Parsed p{~0u, ~0u, false};
+  if (d.size() < 8) return p;
+  std::memcpy(&p.who, d.data(), 4);
+  std::memcpy(&p.k, d.data() + 4, 4);
+  const Bytes want = make_pkt(p.who, p.k, d.size());
+  p.intact = d.size() == len_for(p.k) && std::memcmp(want.data(), d.data(), d.size()) == 0;
+  return p;
+}
+
+class ShmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/dev/shm/uroce-shm-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') ::unlink((dir_ + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(dir_.c_str());
+  }
+  size_t files() const {
+    size_t n = 0;
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+      ::closedir(d);
+    }
+    return n;
+  }
+  std::string ring_path() const { return dir_ + "/ring"; }
+
+  std::unique_ptr<ShmRing> make_ring(uint32_t slots, std::chrono::milliseconds stall_dead = 10ms,
+                                     std::chrono::milliseconds stall_max = 1000ms) {
+    ShmRing::CreateOptions o;
+    o.slots = slots;
+    o.stall_dead = stall_dead;
+    o.stall_max = stall_max;
+    auto r = ShmRing::create(ring_path(), o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+  std::unique_ptr<ShmRing> attach() {
+    auto r = ShmRing::attach(ring_path());
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+
+  std::unique_ptr<ShmIo> open_io(uint16_t port = 0, ShmConfig cfg = {}) {
+    UdpConfig u;
+    u.local = kLo;
+    u.port = port;
+    u.port_fallback = false;
+    auto udp = UdpIo::open(u);
+    EXPECT_TRUE(udp.ok()) << udp.status().to_string();
+    if (!udp.ok()) return nullptr;
+    cfg.dir = dir_;
+    auto io = ShmIo::wrap(std::move(*udp), cfg);
+    EXPECT_TRUE(io.ok()) << io.status().to_string();
+    return io.ok() ? std::move(*io) : nullptr;
+  }
+
+  std::string dir_;
+};
+
+ShmMeta meta(uint16_t hint = 0) { return ShmMeta{Endpoint{kLo, 1234}, kLo, 0x02, 64, hint}; }
+
+ShmRing::Put put(ShmRing& r, const Bytes& b, uint16_t hint = 0) {
+  // Split over head / body / tail as the NIC does.
+  const size_t h = std::min<size_t>(b.size(), 12), t = b.size() > 16 ? 4 : 0;
+  std::span<const uint8_t> s(b);
+  return r.put(meta(hint), s.subspan(0, h), s.subspan(h, b.size() - h - t), s.subspan(b.size() - t));
+}
+
+// ------------------------------------------------------------------ ShmRing
+
+TEST_F(ShmTest, RingKeepsOrderBytesAndMetadata) {
+  auto ring = make_ring(64);
+  auto prod = attach();
+  ASSERT_TRUE(ring && prod);
+  EXPECT_FALSE(prod->owner());
+  EXPECT_EQ(prod->inode(), ring->inode());
+  std::vector<Bytes> sent;
+  for (uint32_t k = 0; k < 50; ++k) {
+    sent.push_back(make_pkt(1, k, k == 49 ? ring->payload_max() : len_for(k)));
+    ASSERT_EQ(put(*prod, sent.back(), uint16_t(k)), ShmRing::Put::ok);
+  }
+  std::vector<RxPacket> rx(7);
+  size_t got = 0;
+  while (got < 50) {
+    const size_t n = ring->take(rx);
+    ASSERT_GT(n, 0u) << "after " << got;
+    for (size_t i = 0; i < n; ++i, ++got) {
+      const RxPacket& p = rx[i];
+      ASSERT_EQ(p.data.size(), sent[got].size());
+      EXPECT_EQ(std::memcmp(p.data.data(), sent[got].data(), p.data.size()), 0) << "packet " << got;
+      EXPECT_EQ(p.src, (Endpoint{kLo, 1234}));
+      EXPECT_EQ(p.dst, kLo);
+      EXPECT_EQ(p.tos, 0x02);
+      EXPECT_EQ(p.ttl, 64);
+      EXPECT_EQ(p.ipv4_id_hint, got);
+      EXPECT_FALSE(p.truncated);
+    }
+  }
+  EXPECT_EQ(ring->take(rx), 0u);
+  EXPECT_EQ(ring->rx_packets(), 50u);
+  EXPECT_EQ(ring->header().rx_packets.load(), 50u);
+  EXPECT_EQ(ring->header().tail.load(), 50u);
+  EXPECT_EQ(ring->skipped(), 0u);
+}
+
+TEST_F(ShmTest, RingWrapsAroundManyLaps) {
+  auto ring = make_ring(8);
+  auto prod = attach();
+  ASSERT_TRUE(ring && prod);
+  EXPECT_EQ(ring->slots(), 8u);
+  std::vector<RxPacket> rx(8);
+  uint32_t next_put = 0, next_take = 0;
+  for (int round = 0; round < 3000; ++round) {
+    // At most half the ring: the other half may still be handed out (held
+    // until the next take).
+    const uint32_t burst = 1 + uint32_t(round * 5 % 4);
+    for (uint32_t i = 0; i < burst; ++i, ++next_put)
+      ASSERT_EQ(put(*prod, make_pkt(2, next_put, len_for(next_put))), ShmRing::Put::ok) << next_put;
+    size_t n = ring->take(rx);
+    ASSERT_EQ(n, burst);
+    for (size_t i = 0; i < n; ++i, ++next_take) {
+      const Parsed p = parse(rx[i].data);
+      ASSERT_TRUE(p.intact && p.who == 2 && p.k == next_take) << "expected " << next_take << " got " << p.k;
+    }
+  }
+  EXPECT_GT(next_take, 8u * 900);
+  EXPECT_EQ(ring->rx_packets(), next_take);
+  EXPECT_EQ(ring->header().tail.load(), next_put);
+}
+
+TEST_F(ShmTest, FullRingSaysFullUntilTheConsumerIsDone) {
+  auto ring = make_ring(16);
+  auto prod = attach();
+  ASSERT_TRUE(ring && prod);
+  for (uint32_t k = 0; k < 16; ++k) ASSERT_EQ(put(*prod, make_pkt(3, k, 40)), ShmRing::Put::ok);
+  EXPECT_EQ(put(*prod, make_pkt(3, 16, 40)), ShmRing::Put::full);
+  EXPECT_EQ(ring->header().tail.load(), 16u);  // a refused put leaves no trace
+  std::vector<RxPacket> rx(4);
+  ASSERT_EQ(ring->take(rx), 4u);
+  // Handed out, not yet given back: their slots are still taken.
+  EXPECT_EQ(put(*prod, make_pkt(3, 16, 40)), ShmRing::Put::full);
+  EXPECT_EQ(ring->take(std::span<RxPacket>()), 0u);  // gives the 4 back
+  for (uint32_t k = 16; k < 20; ++k) ASSERT_EQ(put(*prod, make_pkt(3, k, 40)), ShmRing::Put::ok);
+  EXPECT_EQ(put(*prod, make_pkt(3, 20, 40)), ShmRing::Put::full);
+  std::vector<RxPacket> all(32);
+  ASSERT_EQ(ring->take(all), 16u);
+  for (uint32_t i = 0; i < 16; ++i) EXPECT_EQ(parse(all[i].data).k, 4 + i);
+}
+
+// Consumes `total` packets of `producers` producers, checking each
+// producer's order and every byte; false (with a message) on any mistake.
+::testing::AssertionResult consume_all(ShmRing& ring, uint32_t producers, uint32_t per, std::chrono::seconds limit) {
+  std::vector<uint32_t> next(producers, 0);
+  std::vector<RxPacket> rx(64);
+  uint64_t got = 0;
+  const auto deadline = Clock::now() + limit;
+  while (got < uint64_t(producers) * per) {
+    if (Clock::now() > deadline) return ::testing::AssertionFailure() << "timed out after " << got << " packets";
+    const size_t n = ring.take(rx);
+    if (n == 0) std::this_thread::yield();
+    for (size_t i = 0; i < n; ++i, ++got) {
+      const Parsed p = parse(rx[i].data);
+      if (!p.intact || p.who >= producers)
+        return ::testing::AssertionFailure() << "packet " << got << " damaged (who " << p.who << ")";
+      if (p.k != next[p.who])
+        return ::testing::AssertionFailure() << "producer " << p.who << ": got " << p.k << ", expected " << next[p.who];
+      ++next[p.who];
+    }
+  }
+  if (ring.take(rx) != 0) return ::testing::AssertionFailure() << "more packets than were sent";
+  return ::testing::AssertionSuccess();
+}
+
+// Puts packets 0..n-1 of `who`, waiting while the ring is full.
+bool produce(ShmRing& r, uint32_t who, uint32_t n) {
+  const auto deadline = Clock::now() + 30s;
+  for (uint32_t k = 0; k < n;) {
+    switch (put(r, make_pkt(who, k, len_for(k)))) {
+      case ShmRing::Put::ok: ++k; break;
+      case ShmRing::Put::full:
+        if (Clock::now() > deadline) return false;
+        std::this_thread::yield();
+        break;
+      case ShmRing::Put::lost:
+      case ShmRing::Put::too_big: return false;
+    }
+  }
+  return true;
+}
+
+TEST_F(ShmTest, ProducerThreadsExactCountsAndOrder) {
+  auto ring = make_ring(256);
+  ASSERT_TRUE(ring);
+  constexpr uint32_t kProducers = 4, kPer = 20000;
+  std::vector<std::unique_ptr<ShmRing>> maps;
+  for (uint32_t i = 0; i < kProducers; ++i) maps.push_back(attach());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (uint32_t i = 0; i < kProducers; ++i)
+    threads.emplace_back([&, i] { ok += produce(*maps[i % 2], i, kPer); });  // two threads per mapping
+  EXPECT_TRUE(consume_all(*ring, kProducers, kPer, 60s));
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), int(kProducers));
+  EXPECT_EQ(ring->rx_packets(), uint64_t(kProducers) * kPer);
+  EXPECT_EQ(ring->skipped(), 0u);
+}
+
+TEST_F(ShmTest, ProducerProcessesExactCountsAndOrder) {
+  auto ring = make_ring(128);
+  ASSERT_TRUE(ring);
+  constexpr uint32_t kProducers = 3, kPer = 20000;
+  std::vector<pid_t> kids;
+  for (uint32_t i = 0; i < kProducers; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto r = ShmRing::attach(ring_path());  // a process of its own, mapping the file
+      ::_exit(r.ok() && produce(**r, i, kPer) ? 0 : 1);
+    }
+    kids.push_back(pid);
+  }
+  const auto result = consume_all(*ring, kProducers, kPer, 60s);
+  if (!result)
+    for (pid_t k : kids) ::kill(k, SIGKILL);
+  for (pid_t k : kids) {
+    int st = -1;
+    ::waitpid(k, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "producer status " << st;
+  }
+  EXPECT_TRUE(result);
+  EXPECT_EQ(ring->rx_packets(), uint64_t(kProducers) * kPer);
+}
+
+TEST_F(ShmTest, DeadProducersSlotIsSkippedAndFreed) {
+  auto ring = make_ring(8, 5ms, 60000ms);  // only death may end a stall here
+  ASSERT_TRUE(ring);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto r = ShmRing::attach(ring_path());
+    if (r.ok()) (void)(*r)->put_begin();  // reserve a slot, then die mid-write
+    ::_exit(r.ok() ? 0 : 1);
+  }
+  int st = -1;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  auto prod = attach();
+  ASSERT_TRUE(prod);
+  for (uint32_t k = 0; k < 5; ++k) ASSERT_EQ(put(*prod, make_pkt(0, k, len_for(k))), ShmRing::Put::ok);
+  // The consumer waits a little for the slot, then skips it.
+  std::vector<RxPacket> rx(16);
+  const auto t0 = Clock::now();
+  size_t n = 0;
+  while (n == 0 && Clock::now() - t0 < 5s) n = ring->take(rx);
+  ASSERT_EQ(n, 5u);
+  for (uint32_t k = 0; k < 5; ++k) EXPECT_EQ(parse(rx[k].data).k, k);
+  EXPECT_EQ(ring->skipped(), 1u);
+  EXPECT_EQ(ring->header().skipped.load(), 1u);
+  EXPECT_GE(Clock::now() - t0, 5ms);
+  // The dead slot was freed: the ring runs on for several laps.
+  for (uint32_t k = 0; k < 40; ++k) {
+    ASSERT_EQ(put(*prod, make_pkt(1, k, len_for(k))), ShmRing::Put::ok) << k;
+    ASSERT_EQ(ring->take(rx), 1u);
+    EXPECT_EQ(parse(rx[0].data).k, k);
+  }
+  EXPECT_EQ(ring->skipped(), 1u);
+}
+
+TEST_F(ShmTest, StalledLiveProducerLosesItsSlotAndFreesItLater) {
+  auto ring = make_ring(8, 5ms, 30ms);
+  auto late = attach();
+  auto prod = attach();
+  ASSERT_TRUE(ring && late && prod);
+  const uint64_t pos = late->put_begin();  // alive (this process), but stalls
+  ASSERT_NE(pos, UINT64_MAX);
+  for (uint32_t k = 0; k < 3; ++k) ASSERT_EQ(put(*prod, make_pkt(0, k, len_for(k))), ShmRing::Put::ok);
+  std::vector<RxPacket> rx(16);
+  const auto t0 = Clock::now();
+  size_t n = 0;
+  while (n == 0 && Clock::now() - t0 < 5s) n = ring->take(rx);
+  ASSERT_EQ(n, 3u);
+  EXPECT_GE(Clock::now() - t0, 30ms);
+  EXPECT_EQ(ring->skipped(), 1u);
+  // The late producer finds out, and gives the slot back.
+  EXPECT_EQ(late->put_commit(pos), ShmRing::Put::lost);
+  for (uint32_t k = 0; k < 40; ++k) {
+    ASSERT_EQ(put(*prod, make_pkt(1, k, len_for(k))), ShmRing::Put::ok) << k;
+    ASSERT_EQ(ring->take(rx), 1u) << k;
+    EXPECT_EQ(parse(rx[0].data).k, k);
+  }
+  EXPECT_EQ(ring->skipped(), 1u);
+}
+
+TEST_F(ShmTest, AttachRefusesWhatIsNotALiveRing) {
+  EXPECT_EQ(ShmRing::attach(dir_ + "/none").status().code(), ENOENT);
+  {
+    FILE* f = std::fopen((dir_ + "/junk").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not a ring", f);
+    std::fclose(f);
+    ::chmod((dir_ + "/junk").c_str(), 0600);
+  }
+  EXPECT_EQ(ShmRing::attach(dir_ + "/junk").status().code(), EINVAL);
+  auto ring = make_ring(8);
+  ASSERT_TRUE(ring);
+  ::chmod(ring_path().c_str(), 0644);
+  EXPECT_EQ(ShmRing::attach(ring_path()).status().code(), EACCES);
+  ::chmod(ring_path().c_str(), 0600);
+  EXPECT_TRUE(ShmRing::attach(ring_path()).ok());
+  ring.reset();  // closes and removes it
+  EXPECT_EQ(ShmRing::attach(ring_path()).status().code(), ENOENT);
+}
+
+// -------------------------------------------------------------------- ShmIo
+
+TxPacket tx_of(const Bytes& b, const Endpoint& dst, uint16_t gso = 0) {
+  TxPacket p;
+  p.dst = dst;
+  const size_t h = std::min<size_t>(12, b.size());
+  p.head = std::span<const uint8_t>(b).subspan(0, h);
+  p.body = std::span<const uint8_t>(b).subspan(h);
+  p.gso_segments = gso;
+  return p;
+}
+
+// Receives exactly n packets within `limit` (copies), polling busily.
+std::vector<std::pair<Bytes, RxPacket>> recv_n(PacketIo& io, size_t n, std::chrono::milliseconds limit = 3000ms) {
+  std::vector<std::pair<Bytes, RxPacket>> got;
+  std::vector<RxPacket> rx(64);
+  const auto deadline = Clock::now() + limit;
+  while (got.size() < n && Clock::now() < deadline) {
+    const size_t m = io.recv_batch(rx);
+    for (size_t i = 0; i < m; ++i) got.emplace_back(Bytes(rx[i].data.begin(), rx[i].data.end()), rx[i]);
+    if (m == 0) std::this_thread::yield();
+  }
+  return got;
+}
+
+TEST_F(ShmTest, TwoNicsExchangePacketsWithoutUdpDatagrams) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  ASSERT_NE(a->ring(), nullptr);
+  EXPECT_EQ(a->ring()->path(), shm_ring_path(dir_, a->local()));
+  struct stat st;
+  ASSERT_EQ(::stat(a->ring()->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  std::vector<Bytes> pkts;
+  for (uint32_t k = 0; k < 100; ++k) pkts.push_back(make_pkt(7, k, k == 99 ? 4160 : len_for(k)));
+  std::vector<TxPacket> tx;
+  for (const Bytes& p : pkts) tx.push_back(tx_of(p, b->local()));
+  EXPECT_EQ(a->send_batch(std::span(tx).subspan(0, 50)), 50u);
+  EXPECT_EQ(a->send_batch(std::span(tx).subspan(50)), 50u);
+  auto got = recv_n(*b, 100);
+  ASSERT_EQ(got.size(), 100u);
+  for (uint32_t k = 0; k < 100; ++k) {
+    EXPECT_EQ(got[k].first, pkts[k]) << "packet " << k;
+    EXPECT_EQ(got[k].second.src, a->local());
+    EXPECT_EQ(got[k].second.dst, kLo);
+    EXPECT_EQ(got[k].second.ttl, a->udp().tx_ttl());
+    EXPECT_EQ(got[k].second.ipv4_id_hint, 0);
+  }
+  // And back.
+  std::vector<TxPacket> back;
+  for (uint32_t k = 0; k < 10; ++k) back.push_back(tx_of(pkts[k], a->local()));
+  EXPECT_EQ(b->send_batch(back), 10u);
+  ASSERT_EQ(recv_n(*a, 10).size(), 10u);
+  EXPECT_TRUE(recv_n(*b, 1, 20ms).empty());
+
+  for (ShmIo* io : {a.get(), b.get()}) {
+    const IoStats u = io->udp().stats();
+    EXPECT_EQ(u.tx_packets, 0u);
+    EXPECT_EQ(u.rx_packets, 0u);
+    EXPECT_EQ(u.tx_errors, 0u);
+    EXPECT_EQ(u.doorbells_tx, 0u);  // nobody slept
+    EXPECT_EQ(u.doorbells_rx, 0u);
+  }
+  const IoStats sa = a->stats(), sb = b->stats();
+  EXPECT_EQ(sa.shm_tx_packets, 100u);
+  EXPECT_EQ(sa.tx_packets, 100u);
+  EXPECT_EQ(sa.shm_rx_packets, 10u);
+  EXPECT_EQ(sb.shm_rx_packets, 100u);
+  EXPECT_EQ(sb.rx_packets, 100u);
+  EXPECT_EQ(sb.shm_tx_packets, 10u);
+}
+
+TEST_F(ShmTest, GsoTrainBecomesOneSlotPerPacketWithItsIpv4Id) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  ASSERT_GT(a->gso_max_segments(), 1) << "the NIC must still build trains (they go as such over UDP)";
+  // Real RoCEv2 packets: packet i of the train carries the ICRC for IPv4 ID i.
+  wire::IpUdpFields ip;
+  ip.src = a->local().addr;
+  ip.dst = b->local().addr;
+  ip.src_port = a->local().port;
+  ip.dst_port = b->local().port;
+  std::vector<Bytes> pkts;
+  Bytes payload(1024);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = uint8_t(i * 3);
+  for (uint16_t i = 0; i < 5; ++i) {
+    wire::Headers h;
+    h.bth.opcode = 0x04;  // RC SEND_ONLY
+    h.bth.dest_qp = 0x1234;
+    h.bth.psn = 100u + i;
+    ip.ipv4_id = i;
+    pkts.push_back(test::make_udp_payload(h, payload, ip));
+  }
+  std::vector<TxPacket> tx;
+  for (const Bytes& p : pkts) tx.push_back(tx_of(p, b->local()));
+  tx[0].gso_segments = 5;
+  EXPECT_EQ(a->send_batch(tx), 5u);
+  auto got = recv_n(*b, 5);
+  ASSERT_EQ(got.size(), 5u);
+  for (uint16_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(got[i].first, pkts[i]);
+    EXPECT_EQ(got[i].second.ipv4_id_hint, i);
+    // What the NIC's receive path does (Nic::dispatch).
+    wire::IpUdpFields rip;
+    rip.src = got[i].second.src.addr;
+    rip.dst = got[i].second.dst;
+    rip.src_port = got[i].second.src.port;
+    rip.dst_port = b->local().port;
+    rip.ipv4_id = got[i].second.ipv4_id_hint;
+    EXPECT_EQ(wire::verify_icrc(rip, got[i].first), wire::IcrcCheck::ok) << "packet " << i;
+  }
+  EXPECT_EQ(b->udp().stats().rx_packets, 0u);
+}
+
+TEST_F(ShmTest, FullRingDropsAfterABoundedWaitAndCountsIt) {
+  ShmConfig small;
+  small.ring.slots = 16;
+  auto a = open_io(), b = open_io(0, small);
+  ASSERT_TRUE(a && b);
+  std::vector<Bytes> pkts;
+  for (uint32_t k = 0; k < 40; ++k) pkts.push_back(make_pkt(1, k, 100));
+  std::vector<TxPacket> tx;
+  for (const Bytes& p : pkts) tx.push_back(tx_of(p, b->local()));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(a->send_batch(tx), 16u);  // nobody reads b: 16 fit, the rest is dropped
+  EXPECT_LT(Clock::now() - t0, 500ms);
+  IoStats s = a->stats();
+  EXPECT_EQ(s.shm_tx_packets, 16u);
+  EXPECT_EQ(s.shm_tx_full, 24u);
+  EXPECT_EQ(s.tx_errors, 24u);
+  EXPECT_EQ(a->udp().stats().tx_packets, 0u);  // no detour through UDP: no reordering
+  auto got = recv_n(*b, 16);
+  ASSERT_EQ(got.size(), 16u);
+  for (uint32_t k = 0; k < 16; ++k) EXPECT_EQ(got[k].first, pkts[k]);
+  EXPECT_TRUE(recv_n(*b, 1, 20ms).empty());
+  // Room again: the next batch goes through whole.
+  EXPECT_EQ(a->send_batch(std::span(tx).subspan(20, 10)), 10u);
+  got = recv_n(*b, 10);
+  ASSERT_EQ(got.size(), 10u);
+  for (uint32_t k = 0; k < 10; ++k) EXPECT_EQ(got[k].first, pkts[20 + k]);
+  EXPECT_EQ(a->stats().shm_tx_full, 24u);
+}
+
+TEST_F(ShmTest, DoorbellWakesASleeperOnlyWhenItSleeps) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  const Bytes pkt = make_pkt(5, 1, 64);
+  const TxPacket tx = tx_of(pkt, b->local());
+  // b sleeps in its socket; a's packet goes into the ring and rings the bell.
+  ASSERT_FALSE(b->prepare_wait());
+  std::atomic<int> woke{-1};
+  std::atomic<int64_t> slept_ms{0};
+  std::thread sleeper([&] {
+    pollfd p{b->wait_fd(), POLLIN, 0};
+    const auto t = Clock::now();
+    woke = ::poll(&p, 1, 5000);
+    slept_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+  });
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(woke.load(), -1) << "woke before anything was sent";
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  sleeper.join();
+  b->done_wait();
+  EXPECT_EQ(woke.load(), 1);
+  EXPECT_LT(slept_ms.load(), 2000);
+  auto got = recv_n(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, pkt);
+  EXPECT_TRUE(recv_n(*b, 1, 20ms).empty());
+  EXPECT_EQ(a->udp().stats().doorbells_tx, 1u);
+  EXPECT_EQ(a->udp().stats().tx_packets, 0u);
+  EXPECT_EQ(b->udp().stats().doorbells_rx, 1u);  // swallowed, not a packet
+  EXPECT_EQ(b->udp().stats().rx_packets, 0u);
+  // Awake (busy polling): no doorbell, no system call on either side.
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  EXPECT_EQ(recv_n(*b, 1).size(), 1u);
+  EXPECT_EQ(a->udp().stats().doorbells_tx, 1u);
+  // A packet already waiting: prepare_wait says "do not sleep".
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  EXPECT_TRUE(b->prepare_wait());
+  b->done_wait();
+  EXPECT_EQ(recv_n(*b, 1).size(), 1u);
+  EXPECT_EQ(a->udp().stats().doorbells_tx, 1u);
+}
+
+TEST_F(ShmTest, StaleRingOfADeadProcessIsNotUsedAndIsCleaned) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto io = open_io();
+    uint16_t port = io ? io->local().port : 0;
+    (void)!::write(fds[1], &port, sizeof port);
+    ::raise(SIGKILL);  // dies with its ring file in place
+    ::_exit(1);
+  }
+  ::close(fds[1]);
+  uint16_t port = 0;
+  ASSERT_EQ(::read(fds[0], &port, sizeof port), ssize_t(sizeof port));
+  ::close(fds[0]);
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_NE(port, 0);
+  const std::string stale = shm_ring_path(dir_, Endpoint{kLo, port});
+  struct stat sb;
+  ASSERT_EQ(::stat(stale.c_str(), &sb), 0) << "the dead child left no ring file";
+  EXPECT_EQ(ShmRing::attach(stale).status().code(), ESTALE);
+
+  ShmConfig no_clean;
+  no_clean.clean_stale = false;
+  auto a = open_io(0, no_clean);
+  ASSERT_TRUE(a);
+  const Bytes pkt = make_pkt(1, 1, 64);
+  const TxPacket tx = tx_of(pkt, Endpoint{kLo, port});
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  EXPECT_EQ(a->stats().shm_tx_packets, 0u);
+  EXPECT_EQ(a->udp().stats().tx_packets, 1u);  // by UDP, as to any other host
+  EXPECT_EQ(::stat(stale.c_str(), &sb), 0);
+
+  auto c = open_io();  // cleans when it opens
+  ASSERT_TRUE(c);
+  EXPECT_NE(::stat(stale.c_str(), &sb), 0);
+  EXPECT_EQ(files(), 2u);  // a's and c's rings
+}
+
+TEST_F(ShmTest, RestartedPeerIsFoundThroughItsNewRing) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  const Endpoint ep = b->local();
+  const Bytes pkt = make_pkt(1, 1, 64);
+  const TxPacket tx = tx_of(pkt, ep);
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  EXPECT_EQ(recv_n(*b, 1).size(), 1u);
+  const uint64_t old_ino = b->ring()->inode();
+  b.reset();  // closes its ring
+  EXPECT_EQ(files(), 1u);
+  auto b2 = open_io(ep.port);  // the same port again
+  ASSERT_TRUE(b2);
+  EXPECT_EQ(b2->local(), ep);
+  (void)old_ino;
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  auto got = recv_n(*b2, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, pkt);
+  EXPECT_EQ(b2->stats().shm_rx_packets, 1u);
+  EXPECT_EQ(a->stats().shm_tx_packets, 2u);
+  EXPECT_EQ(a->udp().stats().tx_packets, 0u);
+}
+
+TEST_F(ShmTest, UdpPeersStillWork) {
+  auto a = open_io();
+  ASSERT_TRUE(a);
+  UdpConfig u;
+  u.local = kLo;
+  u.port = 0;
+  auto plain = UdpIo::open(u);
+  ASSERT_TRUE(plain.ok());
+  const Bytes pkt = make_pkt(1, 2, 200);
+  TxPacket tx = tx_of(pkt, (*plain)->local());
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  std::vector<RxPacket> rx(4);
+  size_t n = 0;
+  for (auto t0 = Clock::now(); n == 0 && Clock::now() - t0 < 2s;) {
+    pollfd p{(*plain)->wait_fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    n = (*plain)->recv_batch(rx);
+  }
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(Bytes(rx[0].data.begin(), rx[0].data.end()), pkt);
+  tx = tx_of(pkt, a->local());
+  EXPECT_EQ((*plain)->send_batch({&tx, 1}), 1u);
+  auto got = recv_n(*a, 1);  // a busy poller reads its socket too, if less often
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, pkt);
+  EXPECT_EQ(got[0].second.src, (*plain)->local());
+}
+
+TEST_F(ShmTest, FaultInjectionWrapsShmIo) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  const Endpoint to = b->local();
+  FaultConfig fc;
+  fc.seed = 11;
+  fc.tx.drop = 0.3;
+  auto fa = FaultIo::wrap(std::move(a), fc);
+  ASSERT_TRUE(fa.ok()) << fa.status().to_string();
+  std::vector<Bytes> pkts;
+  std::vector<TxPacket> tx;
+  for (uint32_t k = 0; k < 200; ++k) pkts.push_back(make_pkt(9, k, 60));
+  for (const Bytes& p : pkts) tx.push_back(tx_of(p, to));
+  (*fa)->send_batch(std::span(tx).subspan(0, 64));
+  (*fa)->send_batch(std::span(tx).subspan(64, 64));
+  (*fa)->send_batch(std::span(tx).subspan(128));
+  const uint64_t dropped = (*fa)->stats().tx_faults.dropped;
+  EXPECT_GT(dropped, 20u);
+  EXPECT_LT(dropped, 120u);
+  auto got = recv_n(*b, 200 - dropped);
+  ASSERT_EQ(got.size(), 200 - dropped);
+  EXPECT_TRUE(recv_n(*b, 1, 20ms).empty());
+  uint32_t last = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Parsed p = parse(got[i].first);
+    EXPECT_TRUE(p.who == 9 && (i == 0 || p.k > last));
+    last = p.k;
+  }
+  EXPECT_EQ((*fa)->stats().shm_tx_packets, 200 - dropped);
+}
+
+}  // namespace
+}  // namespace uroce::net
