@@ -28,9 +28,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # ibverbs-utils, perftest and qperf: unmodified verbs programs the test suite
-# runs on uroce's drop-in libibverbs.so.1 (tests/compat).
+# runs on uroce's drop-in libibverbs.so.1 (tests/compat); rdmacm-utils (and
+# perftest -R, qperf -cm1): rdma_cm programs on its librdmacm.so.1
+# (tests/rdmacm).
 PACKAGES=(cmake g++ make pkg-config python3 libgtest-dev libgmock-dev libisal-dev libcli11-dev
-          tshark iproute2 libibverbs-dev librdmacm-dev ibverbs-utils perftest qperf)
+          tshark iproute2 libibverbs-dev librdmacm-dev ibverbs-utils perftest qperf rdmacm-utils)
 # The soak over real kernel drops (iptables in network namespaces) and the
 # receive-path fuzzer (clang's libFuzzer).
 PACKAGES+=(iptables clang libclang-rt-14-dev)

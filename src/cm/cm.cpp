@@ -222,6 +222,12 @@ Clock::time_point Cm::next_deadline() noexcept {
   Clock::time_point next = Clock::time_point::max();
   for (const auto& [local, c] : conns_) next = std::min(next, c->deadline);
   for (const Orphan& o : orphans_) next = std::min(next, o.deadline);
+  if (cfg_.peer_check.count() > 0 && next_peer_check_ < next)
+    for (const auto& [local, c] : conns_)
+      if (watched(*c)) {
+        next = next_peer_check_;
+        break;
+      }
   return next;
 }
 
@@ -234,6 +240,7 @@ void Cm::on_timer() noexcept {
   for (uint32_t local : due)
     if (Conn* c = conn_by_local(local)) on_conn_timer(*c);
   retry_orphans(0, true);
+  if (cfg_.peer_check.count() > 0 && next_peer_check_ <= t) check_peers();
 }
 
 }  // namespace uroce::cm

@@ -219,6 +219,9 @@ struct Config {
   // (perftest's rdma_cm mode does) rely on the kernel's CM being slower to
   // resolve than they are to listen.  0 refuses at once.
   std::chrono::milliseconds no_listener_grace{100};
+  // How often the processes of same-host peers are checked for life while
+  // connections to them are up (see Cm::check_peers).  0: never.
+  std::chrono::milliseconds peer_check{250};
 };
 
 enum class State : uint8_t {
@@ -415,6 +418,13 @@ class Cm {
   Status connect_rc(Id& id, const ConnParam& p);
   Status connect_ud(Id& id, const ConnParam& p);
   void send_or_seek(Conn& c) noexcept;
+  // Peers that are processes of this host (Conn::peer_slot): note one that
+  // sent `src` with comm ID `peer_comm_id`; check whether they still live
+  // and stand in for the MAD a dead one's kernel would have sent.
+  void note_peer(Conn& c, const Endpoint& src, uint32_t peer_comm_id) noexcept;
+  void check_peers() noexcept;
+  void peer_gone(Conn& c) noexcept;
+  static bool watched(const Conn& c) noexcept;
 
   // received MADs (cm_recv.cpp)
   Conn* conn_by_local(uint32_t local_comm_id) const noexcept;
@@ -455,6 +465,7 @@ class Cm {
     Clock::time_point deadline;
   };
   std::vector<Orphan> orphans_;
+  Clock::time_point next_peer_check_{};
   std::mt19937_64 rng_;
   uint32_t comm_counter_ = 0;
   uint32_t tid_hi_ = 0;

@@ -3,6 +3,7 @@
 // retransmission / timewait timers (IBA 12.9).
 #include <algorithm>
 #include <cerrno>
+#include <map>
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
@@ -615,6 +616,87 @@ void Cm::on_conn_timer(Conn& c) noexcept {
       enter_timewait(c);
       break;
     default:
+      break;
+  }
+}
+
+
+// ------------------------------------------------------------------ dead peers
+//
+// A process that exits with connections up leaves them to its kernel's CM on
+// Linux, which sends the DREQ (or the REJ) for it: the peer gets
+// DISCONNECTED (REJECTED) and does not wait forever.  A uroce process that
+// dies -- killed, crashed -- sends nothing.  For peers that are processes of
+// this host the registry says when they are gone, and the Cm then acts as if
+// that MAD had come.
+
+bool Cm::watched(const Conn& c) noexcept {
+  if (c.peer_slot == 0) return false;
+  switch (c.state) {
+    case State::req_sent:
+    case State::mra_req_rcvd:
+    case State::rep_rcvd:
+    case State::rep_sent:
+    case State::mra_rep_rcvd:
+    case State::established:
+    case State::dreq_sent:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void Cm::note_peer(Conn& c, const Endpoint& src, uint32_t peer_comm_id) noexcept {
+  if (cfg_.peer_check.count() <= 0 || c.peer_slot != 0) return;
+  const uint32_t slot = peer_comm_id >> 22;
+  if (slot == 0 || slot == (dir_.slot() & 0x3ff)) return;  // not a registry comm ID, or ourselves
+  const auto port = dir_.port_of(slot, src.addr);
+  if (!port || *port != src.port) return;  // not (provably) that process
+  c.peer_slot = slot;
+  c.peer_src = src;
+  const Clock::time_point t = now();
+  if (next_peer_check_ <= t) next_peer_check_ = t + cfg_.peer_check;
+  woke_ = true;
+}
+
+void Cm::check_peers() noexcept {
+  const Clock::time_point t = now();
+  next_peer_check_ = t + cfg_.peer_check;
+  std::map<std::pair<uint32_t, IpAddr>, bool> alive;  // one look per process and address
+  std::vector<uint32_t> gone;
+  for (const auto& [local, c] : conns_) {
+    if (!watched(*c)) continue;
+    auto [it, fresh] = alive.try_emplace({c->peer_slot, c->peer_src.addr}, true);
+    if (fresh) {
+      const auto port = dir_.port_of(c->peer_slot, c->peer_src.addr);
+      it->second = port && *port == c->peer_src.port;
+    }
+    if (!it->second) gone.push_back(local);
+  }
+  for (uint32_t local : gone)
+    if (Conn* c = conn_by_local(local)) peer_gone(*c);
+}
+
+void Cm::peer_gone(Conn& c) noexcept {
+  UROCE_LOG(info, "cm: the process of peer %s (registry slot %u) is gone: connection 0x%08x (%s) ends",
+            c.peer.to_string().c_str(), c.peer_slot, c.local_id, to_string(c.state));
+  c.has_out = false;
+  c.retries_left = 0;
+  c.deadline = Clock::time_point::max();
+  switch (c.state) {
+    case State::established:  // as if its DREQ had come
+      set_state(c, State::dreq_rcvd);
+      if (!c.disconnect_reported) {
+        c.disconnect_reported = true;
+        conn_event(c, EventType::disconnected, 0, {});
+      }
+      break;
+    case State::dreq_sent:  // as if its DREP had come
+      enter_timewait(c);
+      break;
+    default:  // the handshake was under way: as if its REJ had come
+      conn_event(c, EventType::rejected, int(RejReason::consumer_reject), {});
+      close_conn(c, false);
       break;
   }
 }

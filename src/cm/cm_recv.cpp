@@ -163,6 +163,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
   c.in_remote_index = true;
   by_remote_[{mad.src.addr, r.local_comm_id}] = &c;
   set_state(c, State::req_rcvd);
+  note_peer(c, mad.src, r.local_comm_id);
 
   Event ev;
   ev.type = EventType::connect_request;
@@ -223,6 +224,7 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
   c->rnr_retry = r.rnr_retry_count;
   c->has_out = false;
   c->deadline = Clock::time_point::max();
+  note_peer(*c, mad.src, r.local_comm_id);
   Id& id = *c->id;
   auto report = [&](EventType t) {
     Event ev;

@@ -58,6 +58,13 @@ struct Conn {
   // the peer's CM: how long it may take to answer, how often we retry
   uint8_t peer_timeout = 16;
   uint8_t peer_retries = 15;
+  // The peer is a uroce process of this host: the registry slot of its comm
+  // ID publishes the port its MADs came from.  When that process dies
+  // nobody sends the DREQ (or REJ) that a kernel's CM sends for a process
+  // that exits, so the Cm checks that it is still alive (Cm::check_peers).
+  // 0: not known to be one (another host, a foreign CM).
+  uint32_t peer_slot = 0;
+  Endpoint peer_src;  // where its MADs came from
 
   // retransmission of the last REQ/REP/DREQ/SIDR_REQ (and the last answer
   // to repeat on a duplicate: REJ, SIDR_REP)

@@ -635,5 +635,79 @@ TEST_F(Cm_, WildcardListenerTakesRequestsAndRepliesGoToTheSender) {
   EXPECT_EQ(s->port(), &b.port);
 }
 
+
+// A process of this host that dies sends no DREQ or REJ (a kernel CM would
+// send them for it): the registry shows it gone, and its peer's Cm acts as
+// if they had come, within its peer check interval (250 ms).
+TEST_F(Cm_, DeadPeerProcessGivesDisconnected) {
+  auto [c, s] = connect_pair();
+  ASSERT_NE(s, nullptr);
+  advance(ms(1000));  // alive: nothing happens
+  deliver();
+  EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established}));
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established}));
+  host.ports.erase({2, *IpAddr::parse("10.0.0.1")});  // b is killed
+  nodes = {&a};
+  EXPECT_FALSE(run_until([&] { return a.rec.of(c).size() > 1; }, ms(200)));  // nothing to wake it before
+  ASSERT_TRUE(run_until([&] { return a.rec.of(c).size() > 1; }, ms(100)));
+  EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established, ET::disconnected}));
+  EXPECT_EQ(c->state(), State::dreq_rcvd);
+  ASSERT_TRUE(a.cm.disconnect(c).ok());  // DREP into the void, then timewait
+  EXPECT_EQ(c->state(), State::timewait);
+  advance(ms(600));
+  EXPECT_EQ(a.rec.of(c).back(), ET::timewait_exit);
+  EXPECT_EQ(a.cm.conn_count(), 0u);
+}
+
+TEST_F(Cm_, DeadActivePeerProcessGivesDisconnectedToThePassive) {
+  auto [c, s] = connect_pair();
+  ASSERT_NE(s, nullptr);
+  host.ports.erase({1, *IpAddr::parse("10.0.0.1")});  // a (on 4791) is killed
+  nodes = {&b};
+  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(300)));
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected}));
+}
+
+TEST_F(Cm_, PeerProcessDyingInTheHandshakeGivesRejected) {
+  listen_b();
+  Id* c = resolved_a();
+  a.cm.set_qp(c, &qa);
+  ASSERT_TRUE(a.cm.connect(c, {}).ok());
+  deliver();
+  Id* s = request_of_b();
+  ASSERT_NE(s, nullptr);
+  b.cm.set_qp(s, &qb);
+  ASSERT_TRUE(b.cm.accept(s, {}).ok());
+  wire.queue.clear();  // the REP is lost and a dies
+  host.ports.erase({1, *IpAddr::parse("10.0.0.1")});
+  nodes = {&b};
+  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 1; }, ms(300)));
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::rejected}));
+  EXPECT_EQ(b.rec.last(ET::rejected)->status, int(RejReason::consumer_reject));
+  EXPECT_EQ(b.cm.conn_count(), 0u);
+}
+
+TEST_F(Cm_, PeerOfAnotherHostIsNotCheckedForLife) {
+  // When b hears a's REQ, the registry does not show a's slot on the port
+  // the REQ came from (as for a process elsewhere whose comm ID merely looks
+  // like a slot of ours): b never judges a by the registry.
+  listen_b();
+  Id* c = resolved_a();
+  a.cm.set_qp(c, &qa);
+  ASSERT_TRUE(a.cm.connect(c, {}).ok());
+  host.ports[{1, *IpAddr::parse("10.0.0.1")}] = 4792;
+  deliver();
+  Id* s = request_of_b();
+  ASSERT_NE(s, nullptr);
+  b.cm.set_qp(s, &qb);
+  ASSERT_TRUE(b.cm.accept(s, {}).ok());
+  deliver();
+  host.ports.erase({1, *IpAddr::parse("10.0.0.1")});
+  nodes = {&b};
+  advance(ms(2000));
+  deliver();
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established}));
+}
+
 }  // namespace
 }  // namespace uroce::cm::test

@@ -173,6 +173,11 @@ UROCE_C_API void rdma_destroy_srq(rdma_cm_id* id) {
 
 UROCE_C_API int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   if (!id || !res) return fail("rdma_create_ep", EINVAL, "no id pointer or no address");
+  // XRC (rdma_xserver -c x) needs XRC domains and QPs, which uroce has not:
+  // refuse rather than connect an RC QP the peer did not ask for.
+  if (res->ai_qp_type == IBV_QPT_XRC_SEND || res->ai_qp_type == IBV_QPT_XRC_RECV ||
+      (qp_init_attr && (qp_init_attr->qp_type == IBV_QPT_XRC_SEND || qp_init_attr->qp_type == IBV_QPT_XRC_RECV)))
+    return fail("rdma_create_ep", EOPNOTSUPP, "XRC QPs are not supported by uroce");
   const ibv_qp_type t = res->ai_qp_type == IBV_QPT_UD ? IBV_QPT_UD
                         : res->ai_qp_type == IBV_QPT_UC ? IBV_QPT_UC
                                                         : IBV_QPT_RC;
