@@ -35,7 +35,10 @@ Checks:
                   --cm-messages A,B,...: the CM MADs tshark decodes are these
                   (in this order; names as tshark shows them, e.g.
                   ConnectRequest), with consistent communication IDs and the
-                  IP CM service ID of {port} (--cm-port-check).
+                  IP CM service ID of {port} (--cm-port-check);
+                  --cm-at-least NAME=N,...: at least N of each;
+                  --ud-qkey Q: every UD data packet (not QP1's) carries
+                  Q_Key Q (RDMA_PS_UDP's is 0x01234567).
   --no-server     only the client runs (a connect to where nothing listens).
   --netns         server and client in two namespaces joined by a veth
                   (run_program.py's Netns; exit 77 if unavailable).
@@ -148,7 +151,7 @@ def cm_rows(pcap):
     return rows
 
 
-def check_cm(pcap, want, port, server_addr):
+def check_cm(pcap, want, port, server_addr, at_least):
     """The CM MADs of the capture, as tshark decodes them."""
     rows = cm_rows(pcap)
     names = [r["name"] for r in rows]
@@ -156,8 +159,11 @@ def check_cm(pcap, want, port, server_addr):
     problems = []
     # Retransmissions may repeat a message: compare without repeats.
     dedup = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
-    if dedup != want:
+    if want and dedup != want:
         problems.append(f"CM messages {dedup}, not {want}")
+    for name, n in at_least.items():
+        if names.count(name) < n:
+            problems.append(f"{names.count(name)} {name}, fewer than {n}")
     by = {}
     for r in rows:
         by.setdefault(r["name"], r)
@@ -178,6 +184,26 @@ def check_cm(pcap, want, port, server_addr):
     if "ConnectReject" in by and by["ConnectReject"]["infiniband.cm.rej.remotecommid"] in ("", "0", "0x00000000"):
         problems.append("the REJ names no comm ID of the requester")
     return problems
+
+
+def check_ud_qkey(pcap, want):
+    """Every UD packet between QPs other than QP1 carries Q_Key `want`."""
+    out = subprocess.run(["tshark", "-n", "-r", pcap, "-Y", "infiniband.deth", "-T", "fields",
+                          "-e", "infiniband.bth.destqp", "-e", "infiniband.deth.srcqp", "-e", "infiniband.deth.q_key"],
+                         capture_output=True, text=True, check=True).stdout
+    seen, problems = 0, []
+    for line in out.splitlines():
+        dqp, sqp, qkey = line.split("\t")
+        if int(dqp, 16) == 1 or int(sqp, 16) == 1:
+            continue  # a MAD (QP1's Q_Key is 0x80010000)
+        seen += 1
+        if int(qkey, 16) != want:
+            problems.append(f"UD packet from QP {sqp} to QP {dqp} with Q_Key {qkey}, not {want:#x}")
+    if not seen:
+        problems.append("no UD data packet in the capture")
+    else:
+        print(f"qkey: {seen} UD data packets, each with Q_Key {want:#010x}")
+    return problems[:5]
 
 
 def main():
@@ -204,7 +230,9 @@ def main():
     ap.add_argument("--rping-data")
     ap.add_argument("--cm-messages")
     ap.add_argument("--cm-port-check", action="store_true")
+    ap.add_argument("--cm-at-least")
     ap.add_argument("--min-frames", type=int, default=1)
+    ap.add_argument("--ud-qkey", type=lambda x: int(x, 0))
     a = ap.parse_args()
     if not a.no_server and not a.server:
         ap.error("--server is required (or --no-server)")
@@ -214,7 +242,7 @@ def main():
         if not shutil.which(p):
             print(f"{p} is not installed (Debian package {a.package}): skipped")
             return 77
-    if a.cm_messages and not shutil.which("tshark"):
+    if (a.cm_messages or a.cm_at_least) and not shutil.which("tshark"):
         print("tshark is not installed: the CM decode cannot be checked: skipped")
         return 77
     if a.netns and not hasattr(rp, "Netns"):
@@ -365,14 +393,21 @@ def main():
                 print(text[-3000:].rstrip())
         if capture.proc:
             ok &= capture.check(a.min_frames)
-            if a.cm_messages:
-                problems = check_cm(capture.pcap, a.cm_messages.split(","),
-                                    port if a.cm_port_check else None, server_addr)
+            if a.cm_messages or a.cm_at_least:
+                at_least = {k: int(v) for k, v in (x.split("=") for x in a.cm_at_least.split(","))} \
+                    if a.cm_at_least else {}
+                problems = check_cm(capture.pcap, a.cm_messages.split(",") if a.cm_messages else [],
+                                    port if a.cm_port_check else None, server_addr, at_least)
                 for p in problems:
                     print("cm: FAIL", p)
                 ok &= not problems
-        elif a.cm_messages:
-            print("cm: tshark cannot capture here: the CM decode is not checked")
+            if a.ud_qkey is not None:
+                problems = check_ud_qkey(capture.pcap, a.ud_qkey)
+                for p in problems:
+                    print("qkey: FAIL", p)
+                ok &= not problems
+        elif a.cm_messages or a.cm_at_least or a.ud_qkey is not None:
+            print("tshark cannot capture here: the wire is not checked")
             return 77
     finally:
         for p in procs:
