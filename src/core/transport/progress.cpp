@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 
 #include "common/log.hpp"
@@ -14,17 +15,27 @@
 namespace uroce::transport {
 namespace {
 
-// How long the progress thread leaves the socket to an application thread
-// that drove progress recently.  Passive-side requests wait at most about
-// twice this when the application stops polling.
+// The progress thread leaves the socket to an application thread that is
+// polling (drove progress less than kAppIdle ago) and looks again after as
+// long as that thread has been polling without a pause (at least kAppIdle,
+// at most kAppTickMs).  A thread that polls its CQ without pause costs us
+// one wake-up per kAppTickMs; one that polls in bursts (perftest's
+// ib_write_lat polls for its own completion, then spins on memory for the
+// peer's RDMA WRITE, which only we can land) has the socket back within
+// about one burst.
 constexpr int kAppTickMs = 1;
+constexpr std::chrono::nanoseconds kAppIdle = std::chrono::microseconds(20);
+constexpr std::chrono::nanoseconds kAppCheckMax = std::chrono::milliseconds(kAppTickMs);
 // Packets the progress thread handles before it looks at timers again.
 constexpr int kThreadRxRounds = 64;
 
 }  // namespace
 
 void Nic::drive() noexcept {
-  app_activity_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t t = Clock::now().time_since_epoch().count();
+  if (t - app_last_drive_.load(std::memory_order_relaxed) > kAppIdle.count())
+    app_streak_start_.store(t, std::memory_order_relaxed);
+  app_last_drive_.store(t, std::memory_order_relaxed);
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
   if (poll_rx() == 0) {
     if (!lazy_.empty()) flush_acks();
@@ -85,7 +96,6 @@ void Nic::start_progress_thread() {
 }
 
 void Nic::progress_thread_main() noexcept {
-  uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   bool armed = false;
   bool rx_event = false;  // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
@@ -95,10 +105,9 @@ void Nic::progress_thread_main() noexcept {
       std::lock_guard g(mu_);
       refresh_now();
       run_timers();
-      const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
-      const bool polled = cur != seen;
+      const int64_t now_ns = now_.time_since_epoch().count();
+      const bool polled = now_ns - app_last_drive_.load(std::memory_order_relaxed) < kAppIdle.count();
       app_active = polled || app_waiting_.load(std::memory_order_acquire) > 0;
-      seen = cur;
       // A packet that woke us is served even if the application polled a
       // while ago (it would otherwise wait a tick); one sleeping in the
       // socket itself takes it instead.
@@ -113,9 +122,12 @@ void Nic::progress_thread_main() noexcept {
       // Tick only while an application thread polls (to take the socket
       // over when it stops).  One asleep in the socket serves it itself and
       // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
-      sleep_until = polled
-          ? (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count()
-          : INT64_MAX;
+      if (polled) {
+        const int64_t streak = now_ns - app_streak_start_.load(std::memory_order_relaxed);
+        sleep_until = now_ns + std::clamp<int64_t>(streak, kAppIdle.count(), kAppCheckMax.count());
+      } else {
+        sleep_until = INT64_MAX;
+      }
       if (!timers_.empty())
         sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
@@ -132,10 +144,12 @@ void Nic::progress_thread_main() noexcept {
       ::epoll_ctl(epfd_, EPOLL_CTL_MOD, io_->wait_fd(), &ev);
       armed = true;
     }
-    int timeout_ms = -1;
+    timespec timeout{};
+    timespec* timeout_p = nullptr;  // forever
     if (sleep_until != INT64_MAX) {
-      const int64_t ns = sleep_until - Clock::now().time_since_epoch().count();
-      timeout_ms = ns <= 0 ? 0 : int((ns + 999'999) / 1'000'000);
+      const int64_t ns = std::max<int64_t>(0, sleep_until - Clock::now().time_since_epoch().count());
+      timeout = {time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+      timeout_p = &timeout;
     }
     rusage ru;
     if (::getrusage(RUSAGE_THREAD, &ru) == 0) {
@@ -147,9 +161,11 @@ void Nic::progress_thread_main() noexcept {
     epoll_event evs[2];
     const bool in_socket = armed;  // sleeping in the socket: say so to the I/O
     const bool pending = in_socket && io_->prepare_wait();
-    const int n = ::epoll_wait(epfd_, evs, 2, pending ? 0 : timeout_ms);
+    static constexpr timespec kNoWait{};
+    const int n = ::epoll_pwait2(epfd_, evs, 2, pending ? &kNoWait : timeout_p, nullptr);
     if (in_socket) io_->done_wait();
     rx_event = pending;
+    if (pending) armed = false;  // as a one-shot socket event: taken again only when the app is idle
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 0) {
         uint64_t v;
