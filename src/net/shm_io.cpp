@@ -28,7 +28,9 @@ bool ShmIo::enabled_by_env() noexcept {
 
 std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp) {
   if (!enabled_by_env()) return udp;
-  auto shm = wrap(std::move(udp));
+  ShmConfig cfg;
+  if (const char* n = std::getenv("UROCE_SHM_SLOTS"); n && *n) cfg.ring.slots = uint32_t(std::strtoul(n, nullptr, 10));
+  auto shm = wrap(std::move(udp), cfg);
   if (shm.ok()) return std::move(*shm);
   UROCE_LOG(warn, "UROCE_SHM: shared-memory rings unavailable, UDP only: %s", shm.status().to_string().c_str());
   return udp;  // untouched: wrap() takes it only on success
