@@ -228,6 +228,12 @@ Clock::time_point Cm::next_deadline() noexcept {
         next = next_peer_check_;
         break;
       }
+  if (cfg_.keepalive.count() > 0 && next_keepalive_ < next)
+    for (const auto& [local, c] : conns_)
+      if (probed(*c)) {
+        next = next_keepalive_;
+        break;
+      }
   return next;
 }
 
@@ -241,6 +247,7 @@ void Cm::on_timer() noexcept {
     if (Conn* c = conn_by_local(local)) on_conn_timer(*c);
   retry_orphans(0, true);
   if (cfg_.peer_check.count() > 0 && next_peer_check_ <= t) check_peers();
+  if (cfg_.keepalive.count() > 0 && next_keepalive_ <= t) keepalive();
 }
 
 }  // namespace uroce::cm

@@ -53,6 +53,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 #include <span>
 #include <vector>
 
@@ -222,6 +223,16 @@ struct Config {
   // How often the processes of same-host peers are checked for life while
   // connections to them are up (see Cm::check_peers).  0: never.
   std::chrono::milliseconds peer_check{250};
+  // Keep-alive of established connections whose peer the registry cannot
+  // vouch for (another host): every interval one probe per peer process, a
+  // Get(ClassPortInfo) to its CM whose attribute modifier is a comm ID of
+  // that process.  A uroce CM answers status 0 if that process lives on its
+  // host, 0x1c if not; any other CM answers (Linux's MAD layer: 0x0c
+  // "unsupported"), which counts as alive.  keepalive_misses probes in a
+  // row unanswered, or a 0x1c, and the connections to that process end as
+  // if it had sent a DREQ.  0: no keep-alive.
+  std::chrono::milliseconds keepalive{1000};
+  int keepalive_misses = 3;
 };
 
 enum class State : uint8_t {
@@ -425,6 +436,12 @@ class Cm {
   void check_peers() noexcept;
   void peer_gone(Conn& c) noexcept;
   static bool watched(const Conn& c) noexcept;
+  // Keep-alive of the other peers (Config::keepalive).
+  static bool probed(const Conn& c) noexcept;
+  void keepalive() noexcept;
+  void recv_probe(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept;
+  void recv_probe_answer(const MadHeader& h) noexcept;
+  void probe_group_gone(const std::tuple<IpAddr, uint16_t, uint32_t>& key) noexcept;
 
   // received MADs (cm_recv.cpp)
   Conn* conn_by_local(uint32_t local_comm_id) const noexcept;
@@ -466,6 +483,15 @@ class Cm {
   };
   std::vector<Orphan> orphans_;
   Clock::time_point next_peer_check_{};
+  struct Probe {  // one peer process: (its CM's address and port, its comm IDs' slot)
+    GsiPort* port = nullptr;
+    Endpoint to;
+    uint32_t comm_id = 0;  // one of its comm IDs, named in the probe
+    uint64_t tid = 0;      // of the probe awaiting an answer; 0: none
+    int unanswered = 0;
+  };
+  std::map<std::tuple<IpAddr, uint16_t, uint32_t>, Probe> probes_;
+  Clock::time_point next_keepalive_{};
   std::mt19937_64 rng_;
   uint32_t comm_counter_ = 0;
   uint32_t tid_hi_ = 0;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
@@ -698,6 +700,115 @@ void Cm::peer_gone(Conn& c) noexcept {
       conn_event(c, EventType::rejected, int(RejReason::consumer_reject), {});
       close_conn(c, false);
       break;
+  }
+}
+
+
+// ------------------------------------------------------------------ keep-alive
+//
+// Peers the registry cannot vouch for (Config::keepalive).  Probes go per
+// peer process, grouped by where its CM receives and the slot bits of its
+// comm IDs; a group first seen in a round is probed from the next one, so a
+// connection is probed only after it has been up a while.
+
+bool Cm::probed(const Conn& c) noexcept {
+  return c.peer_slot == 0 && !c.ud && c.state == State::established && c.id;
+}
+
+void Cm::keepalive() noexcept {
+  const Clock::time_point t = now();
+  next_keepalive_ = t + cfg_.keepalive;
+  std::set<std::tuple<IpAddr, uint16_t, uint32_t>> seen;
+  std::vector<std::tuple<IpAddr, uint16_t, uint32_t>> fresh;
+  for (const auto& [local, c] : conns_) {
+    if (!probed(*c)) continue;
+    const auto key = std::make_tuple(c->peer.addr, c->peer.port, c->remote_id >> 22);
+    if (!seen.insert(key).second) continue;
+    auto [it, added] = probes_.try_emplace(key);
+    Probe& p = it->second;
+    p.port = c->port;
+    p.to = c->peer;
+    p.comm_id = c->remote_id;
+    if (added) fresh.push_back(key);
+  }
+  std::vector<std::tuple<IpAddr, uint16_t, uint32_t>> gone;
+  for (auto it = probes_.begin(); it != probes_.end();) {
+    if (!seen.count(it->first)) {  // no connection to that process left
+      it = probes_.erase(it);
+      continue;
+    }
+    Probe& p = it->second;
+    if (std::find(fresh.begin(), fresh.end(), it->first) != fresh.end()) {
+      ++it;
+      continue;
+    }
+    if (p.tid != 0 && ++p.unanswered >= cfg_.keepalive_misses) {
+      gone.push_back(it->first);
+      ++it;
+      continue;
+    }
+    MadHeader h;
+    h.method = kMethodGet;
+    h.tid = p.tid = uint64_t(++tid_hi_) << 32 | (p.comm_id & 0xffffffffu);
+    h.attr_mod = p.comm_id;
+    MadBuf out;
+    encode_class_port_info(h, 0, out);
+    UROCE_LOG(debug, "cm: keep-alive probe to %s for comm 0x%08x (%d unanswered)", p.to.to_string().c_str(),
+              p.comm_id, p.unanswered);
+    p.port->send(p.to, out);
+    ++it;
+  }
+  for (const auto& key : gone) {
+    UROCE_LOG(info, "cm: %d keep-alive probes to %s unanswered: its connections end",
+              cfg_.keepalive_misses, Endpoint{std::get<0>(key), std::get<1>(key)}.to_string().c_str());
+    probe_group_gone(key);
+  }
+}
+
+void Cm::probe_group_gone(const std::tuple<IpAddr, uint16_t, uint32_t>& key) noexcept {
+  probes_.erase(key);
+  std::vector<uint32_t> ended;
+  for (const auto& [local, c] : conns_)
+    if (probed(*c) && std::make_tuple(c->peer.addr, c->peer.port, c->remote_id >> 22) == key)
+      ended.push_back(local);
+  for (uint32_t local : ended)
+    if (Conn* c = conn_by_local(local)) peer_gone(*c);
+}
+
+// A probe from a peer: does the process holding `comm ID` (the attribute
+// modifier) still live here?  Ourselves if it is one of our connections,
+// else the registry (a process of this host that is not us).
+void Cm::recv_probe(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept {
+  const uint32_t comm = h.attr_mod;
+  bool alive = true;  // a plain ClassPortInfo query (modifier 0)
+  if (comm != 0) {
+    if (const Conn* c = conn_by_local(comm)) {
+      alive = c->state != State::closed;
+    } else {
+      const uint32_t slot = comm >> 22;
+      alive = slot != 0 && slot != (dir_.slot() & 0x3ff) && dir_.port_of(slot, mad.dst).has_value();
+    }
+  }
+  MadHeader r = h;
+  r.method = kMethodGetResp;
+  r.status = alive ? 0 : kMadStatusInvalidValue;
+  MadBuf out;
+  encode_class_port_info(r, cfg_.cm_response_timeout, out);
+  port.send(mad.src, out);
+}
+
+void Cm::recv_probe_answer(const MadHeader& h) noexcept {
+  for (auto& [key, p] : probes_) {
+    if (p.tid == 0 || p.tid != h.tid) continue;
+    p.tid = 0;
+    p.unanswered = 0;
+    if (h.status == kMadStatusInvalidValue) {
+      UROCE_LOG(info, "cm: the peer CM at %s says the process of comm 0x%08x is gone", p.to.to_string().c_str(),
+                p.comm_id);
+      const auto k = key;
+      probe_group_gone(k);
+    }
+    return;
   }
 }
 

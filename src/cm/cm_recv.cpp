@@ -25,6 +25,11 @@ void Cm::on_mad(GsiPort& port, const GsiMad& mad) noexcept {
   OpLock g(*this);
   MadHeader h;
   if (!decode_header(mad.data, h) || mad.data.size() < kMadSize) return;
+  if (h.base_version == kMadBaseVersion && h.mgmt_class == kMgmtClassCm && h.class_version == kCmClassVersion &&
+      AttrId(h.attr_id) == AttrId::class_port_info) {
+    if (h.method == kMethodGet) return recv_probe(port, mad, h);
+    if (h.method == kMethodGetResp) return recv_probe_answer(h);
+  }
   if (!is_cm_send(h)) {
     UROCE_LOG(debug, "cm: ignoring %s from %s", describe(mad.data).c_str(), mad.src.to_string().c_str());
     return;

@@ -377,6 +377,22 @@ void encode(MadHeader h, const SidrRep& m, MadBuf& out) noexcept {
   });
 }
 
+// ---------------------------------------------------------------- ClassPortInfo
+
+// ClassPortInfo (IBA 13.4.8.1): 0 BaseVersion (8) | ClassVersion (8) |
+// CapabilityMask (16); 4 CapabilityMask2 (27) | RespTimeValue (5); ...
+void encode_class_port_info(MadHeader h, uint8_t resp_time_value, MadBuf& out) noexcept {
+  out.fill(0);
+  h.attr_id = uint16_t(AttrId::class_port_info);
+  write_header(h, out);
+  if (h.method == kMethodGetResp) {
+    uint8_t* d = out.data() + kMadHeaderSize;
+    d[0] = kMadBaseVersion;
+    d[1] = kCmClassVersion;
+    d[7] = resp_time_value & 0x1f;
+  }
+}
+
 // ---------------------------------------------------------------- IP CM header
 
 bool decode_ip_header(std::span<const uint8_t> pd, IpCmHeader& out) noexcept {

@@ -33,6 +33,13 @@ inline constexpr uint8_t kMadBaseVersion = 1;
 inline constexpr uint8_t kMgmtClassCm = 0x07;
 inline constexpr uint8_t kCmClassVersion = 2;
 inline constexpr uint8_t kMethodSend = 0x03;
+inline constexpr uint8_t kMethodGet = 0x01;
+inline constexpr uint8_t kMethodGetResp = 0x81;
+// MAD status (IBA 13.4.7): the method/attribute combination is not
+// supported (what Linux's MAD layer answers a Get the CM does not handle);
+// a value in the attribute or its modifier is invalid.
+inline constexpr uint16_t kMadStatusUnsupportedAttr = 0x000c;
+inline constexpr uint16_t kMadStatusInvalidValue = 0x001c;
 
 // Attribute IDs of the CM class (IBA table 103).
 enum class AttrId : uint16_t {
@@ -345,6 +352,11 @@ void encode(MadHeader h, const Dreq& m, MadBuf& out) noexcept;
 void encode(MadHeader h, const Drep& m, MadBuf& out) noexcept;
 void encode(MadHeader h, const SidrReq& m, MadBuf& out) noexcept;
 void encode(MadHeader h, const SidrRep& m, MadBuf& out) noexcept;
+// A ClassPortInfo MAD (Get or GetResp, as h.method says): the header, and
+// for a GetResp the CM class's ClassPortInfo (base and class version, the
+// response time value); the rest zero.  Used as the keep-alive probe of
+// Cm (cm.hpp), its attribute modifier naming a communication ID.
+void encode_class_port_info(MadHeader h, uint8_t resp_time_value, MadBuf& out) noexcept;
 
 // ---------------------------------------------------------------- rdma_cm addressing
 

@@ -709,5 +709,53 @@ TEST_F(Cm_, PeerOfAnotherHostIsNotCheckedForLife) {
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established}));
 }
 
+
+// A peer the registry cannot vouch for (another host) is probed every
+// second; while its CM answers, nothing happens; three probes unanswered and
+// its connections end with DISCONNECTED.
+TEST_F(Cm_, KeepAliveEndsConnectionsToASilentPeerOfAnotherHost) {
+  listen_b();
+  Id* c = resolved_a();
+  a.cm.set_qp(c, &qa);
+  ASSERT_TRUE(a.cm.connect(c, {}).ok());
+  host.ports[{1, *IpAddr::parse("10.0.0.1")}] = 4792;  // b cannot tell a's process by the registry
+  deliver();
+  Id* s = request_of_b();
+  ASSERT_NE(s, nullptr);
+  b.cm.set_qp(s, &qb);
+  ASSERT_TRUE(b.cm.accept(s, {}).ok());
+  deliver();
+  EXPECT_FALSE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(5000)));
+  EXPECT_GE(wire.count(AttrId::class_port_info), 6u);  // probes and their answers
+  EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established}));
+  nodes = {&b};  // a's host goes silent
+  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(4500)));
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected}));
+}
+
+// A uroce CM asked about a comm ID whose process is gone from its host
+// answers so (status 0x1c): the prober ends the connections at once.
+TEST_F(Cm_, KeepAliveAnsweredGoneEndsAtOnce) {
+  listen_b();
+  Id* c = resolved_a();
+  a.cm.set_qp(c, &qa);
+  ASSERT_TRUE(a.cm.connect(c, {}).ok());
+  host.ports[{1, *IpAddr::parse("10.0.0.1")}] = 4792;
+  deliver();
+  Id* s = request_of_b();
+  ASSERT_NE(s, nullptr);
+  b.cm.set_qp(s, &qb);
+  ASSERT_TRUE(b.cm.accept(s, {}).ok());
+  deliver();
+  // a's connection record goes without a word (its id destroyed, the DREQ
+  // lost, the timewait over): a's CM no longer knows the comm ID.
+  a.cm.set_qp(c, nullptr);
+  a.cm.destroy_id(c);
+  wire.queue.clear();
+  auto drop_dreq = [](const Sent& m) { return m.attr() == AttrId::dreq ? 0 : 1; };
+  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(3000), drop_dreq));
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected}));
+}
+
 }  // namespace
 }  // namespace uroce::cm::test
