@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
       uroce::cli::add_perf(app),
       uroce::cli::add_baseline(app),
       uroce::cli::add_stat(app),
+      uroce::cli::add_exec(app),
       uroce::cli::add_version(app),
   };
   CLI11_PARSE(app, argc, argv);
