@@ -42,6 +42,15 @@
 // in the top 10 bits of its comm ID) receives there, else to 4791 (a
 // foreign CM such as Linux's sends from a hashed port).  Our comm IDs are
 // slot << 22 | counter: unique on the host.
+//
+// Peers that vanish: a process killed outright sends no DREQ (on Linux its
+// kernel would).  A peer that is a uroce process of this host (the registry
+// slot of its comm ID publishes the port its MADs came from) is checked for
+// life every Config::peer_check; any other established peer gets a
+// keep-alive probe every Config::keepalive (a Get(ClassPortInfo) naming one
+// of its comm IDs, which a uroce CM answers for the processes of its host
+// and any other CM answers "unsupported").  A dead peer's connections end
+// as if its DREQ (its REJ, during the handshake) had come.
 #pragma once
 
 #include <chrono>
