@@ -205,7 +205,7 @@ void Cm::fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept {
                 qp_mask::kMaxDestRdAtomic | qp_mask::kMinRnrTimer;
       a.path_mtu = c->path_mtu;
       a.dest_qp_num = c->remote_qpn;
-      a.rq_psn = c->remote_psn;
+      a.rq_psn = c->local_psn;  // what our REQ/REP announced (see Conn::local_psn)
       a.max_dest_rd_atomic = c->max_dest_rd_atomic;
       a.min_rnr_timer = cfg_.min_rnr_timer;
       a.dgid = c->remote_gid;
@@ -219,7 +219,7 @@ void Cm::fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept {
       a.mask |= qp_mask::kSqPsn;
       if (ud || !c) break;
       a.mask |= qp_mask::kTimeout | qp_mask::kRetryCnt | qp_mask::kRnrRetry | qp_mask::kMaxQpRdAtomic;
-      a.sq_psn = c->local_psn;
+      a.sq_psn = c->remote_psn;  // what the peer's REQ/REP announced
       a.timeout = c->ack_timeout;
       a.retry_cnt = c->retry_count;
       a.rnr_retry = c->rnr_retry;

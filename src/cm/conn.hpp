@@ -37,8 +37,12 @@ struct Conn {
   // negotiated QP parameters
   uint32_t local_qpn = 0;
   uint32_t remote_qpn = 0;
-  uint32_t local_psn = 0;
-  uint32_t remote_psn = 0;
+  // The Starting PSN of a REQ or REP is the first PSN its SENDER expects to
+  // receive (Linux's CM: the active side's rq_psn is the REQ's, the passive
+  // side's sq_psn too; the REP's is the passive side's rq_psn and the active
+  // side's sq_psn -- tests/data/rxe_rping.pcap shows rxe doing it).  So:
+  uint32_t local_psn = 0;   // in our REQ/REP: our receive queue's first PSN
+  uint32_t remote_psn = 0;  // in the peer's REQ/REP: our send queue's first PSN
   uint8_t path_mtu = 3;
   uint8_t max_rd_atomic = 0;       // our initiator depth
   uint8_t max_dest_rd_atomic = 0;  // our responder resources

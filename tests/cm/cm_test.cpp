@@ -87,7 +87,14 @@ TEST_F(Cm_, HandshakeAndTeardownMadByMad) {
   rtr.qp_state = QpState::rtr;
   ASSERT_TRUE(b.cm.init_qp_attr(s, rtr).ok());
   EXPECT_EQ(rtr.dest_qp_num, 0x4002u);
-  EXPECT_EQ(rtr.rq_psn, req.starting_psn);
+  // A REQ's or REP's Starting PSN is the first PSN its sender expects to
+  // receive, as Linux's CM has it (tests/data/rxe_rping.pcap: rxe's active
+  // side sends from the REP's PSN, its passive side from the REQ's).
+  const uint32_t b_rq_psn = rtr.rq_psn;  // announced in b's REP below
+  QpAttrs b_rts;
+  b_rts.qp_state = QpState::rts;
+  ASSERT_TRUE(b.cm.init_qp_attr(s, b_rts).ok());
+  EXPECT_EQ(b_rts.sq_psn, req.starting_psn);
   EXPECT_EQ(rtr.path_mtu, 5);
   EXPECT_EQ(rtr.dgid, *IpAddr::parse("10.0.0.1"));
 
@@ -110,12 +117,15 @@ TEST_F(Cm_, HandshakeAndTeardownMadByMad) {
   ASSERT_TRUE(decode(wire.queue.front().mad, rep));
   EXPECT_EQ(rep.remote_comm_id, req.local_comm_id);
   EXPECT_EQ(rep.local_qpn, 0x8002u);
+  EXPECT_EQ(rep.starting_psn, b_rq_psn);
+  EXPECT_EQ(qb.mods[1].rq_psn, rep.starting_psn);
+  EXPECT_EQ(qb.mods[2].sq_psn, req.starting_psn);
 
   deliver();  // REP -> a; a's QP to RTS, RTU -> b
   EXPECT_EQ(qa.states(), (std::vector<QpState>{QpState::init, QpState::rtr, QpState::rts}));
   EXPECT_EQ(qa.mods[1].dest_qp_num, 0x8002u);
-  EXPECT_EQ(qa.mods[1].rq_psn, rep.starting_psn);
-  EXPECT_EQ(qa.mods[2].sq_psn, req.starting_psn);
+  EXPECT_EQ(qa.mods[1].rq_psn, req.starting_psn);
+  EXPECT_EQ(qa.mods[2].sq_psn, rep.starting_psn);
   EXPECT_EQ(qa.mods[2].rnr_retry, 3);      // from the REP
   EXPECT_EQ(qa.mods[2].max_rd_atomic, 2);  // min(our 2, their responder resources 2)
   EXPECT_EQ(qa.mods[1].max_dest_rd_atomic, 4);

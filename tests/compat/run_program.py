@@ -17,6 +17,18 @@ Both ends get LD_LIBRARY_PATH=<--lib>, UROCE_ADDR=<--addr> (each test uses
 its own loopback address, so that concurrent tests do not see each other's
 traffic) and a private host registry.  Every process is bounded in time.
 
+--netns: the two-host case.  Two network namespaces (unique names
+uroce-compat-<pid>-s and -c) are joined by a veth pair of MTU --netns-mtu
+(9000: active MTU 4096), addresses <--netns-subnet>.1/24 (server) and .2/24
+(client), lo up in each; the server runs in the first (`ip netns exec`), the
+client in the second, each with UROCE_ADDR = its veth address and its own
+host registry (two hosts), the client pointing at the server's address; the
+capture runs on the client's veth.  --mode single runs in the server's
+namespace.  The namespaces are deleted at the end, also on SIGTERM/SIGINT/
+SIGHUP, and, should this script be killed outright (ctest's timeout), by a
+guard process that waits for its end; namespaces left by dead runs are
+removed at start.  Exit 77 if namespaces cannot be created (not root).
+
 Checks: exit statuses; --expect REGEX (the client's, or the single run's,
 output must match; repeatable); --reject REGEX (no output may match); and,
 when tshark may capture on lo, a capture of the RoCEv2 traffic of the run
@@ -40,9 +52,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROCE_CHECK = os.path.join(HERE, "..", "capture", "roce_check.py")
 
 
-def listening(port):
-    """True if some socket listens on TCP `port` (IPv4 or IPv6)."""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+def listening(port, pid=None):
+    """True if some socket listens on TCP `port` (IPv4 or IPv6), in the
+    network namespace of process `pid` (default: ours)."""
+    base = f"/proc/{pid}/net" if pid else "/proc/net"
+    for name in (base + "/tcp", base + "/tcp6"):
         try:
             with open(name) as f:
                 next(f)
@@ -64,9 +78,10 @@ def free_port():
 
 
 class Capture:
-    """tshark on lo for the traffic of one address; None if not possible."""
+    """tshark on lo for the traffic of one address (or on `iface` inside a
+    namespace, `prefix` being `ip netns exec NS`); no capture if not possible."""
 
-    def __init__(self, addr, workdir):
+    def __init__(self, addr, workdir, iface="lo", prefix=()):
         self.proc = None
         self.pcap = os.path.join(workdir, "run.pcap")
         if os.environ.get("UROCE_COMPAT_CAPTURE", "1") == "0" or not shutil.which("tshark"):
@@ -76,7 +91,7 @@ class Capture:
         err = open(os.path.join(workdir, "tshark.err"), "w+")
         self.err = err
         self.proc = subprocess.Popen(
-            ["tshark", "-n", "-q", "-i", "lo", "-f", f"udp and {host}", "-c", "20000",
+            [*prefix, "tshark", "-n", "-q", "-i", iface, "-f", f"udp and {host}", "-c", "20000",
              "-a", "duration:170", "-F", "pcap", "-w", self.pcap],
             stdout=subprocess.DEVNULL, stderr=err)
         for _ in range(100):
@@ -88,7 +103,7 @@ class Capture:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.1)
-        print("capture: tshark cannot capture on lo here, skipped:", text.strip()[-200:])
+        print(f"capture: tshark cannot capture on {iface} here, skipped:", text.strip()[-200:])
         self.stop()
         self.proc = None
 
@@ -116,6 +131,133 @@ class Capture:
         return r.returncode == 0
 
 
+NETNS_PREFIX = "uroce-compat-"
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def netns_delete(names):
+    """Kills what still runs in the namespaces `names`, then deletes them."""
+    for n in names:
+        r = ip("netns", "pids", n, check=False)
+        for pid in r.stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+    for n in names:
+        if os.path.exists(os.path.join("/run/netns", n)):
+            ip("netns", "del", n, check=False)
+
+
+def netns_remove_stale():
+    """Deletes the namespaces of earlier runs whose script is dead."""
+    try:
+        entries = os.listdir("/run/netns")
+    except OSError:
+        return
+    stale = []
+    for n in entries:
+        m = re.fullmatch(re.escape(NETNS_PREFIX) + r"(\d+)-[sc]", n)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            stale.append(n)
+        except OSError:
+            pass
+    if stale:
+        print("removing namespaces of dead runs:", " ".join(stale))
+        netns_delete(stale)
+
+
+class Netns:
+    """Two namespaces joined by a veth pair: [server, client]."""
+
+    def __init__(self, subnet, mtu):
+        self.names = [f"{NETNS_PREFIX}{os.getpid()}-s", f"{NETNS_PREFIX}{os.getpid()}-c"]
+        self.addrs = [subnet + ".1", subnet + ".2"]
+        self.iface = "veth0"
+        self.guard = None
+        self.created = False
+        self.mtu = mtu
+
+    def create(self):
+        """False (nothing left behind) if namespaces cannot be made here."""
+        netns_remove_stale()
+        r = ip("netns", "add", self.names[0], check=False)
+        if r.returncode != 0:
+            print("ip netns add is not permitted here:", r.stderr.strip())
+            return False
+        self.created = True
+        self._start_guard()
+        ip("netns", "add", self.names[1])
+        # Both ends are made inside their namespaces: nothing appears in ours.
+        ip("link", "add", self.iface, "netns", self.names[0], "mtu", str(self.mtu), "type", "veth",
+           "peer", "name", self.iface, "netns", self.names[1], "mtu", str(self.mtu))
+        for n, a in zip(self.names, self.addrs):
+            ip("-n", n, "link", "set", "lo", "up")
+            ip("-n", n, "addr", "add", a + "/24", "dev", self.iface)
+            ip("-n", n, "link", "set", self.iface, "up")
+        # The veth is up once both ends are (carrier); wait for it.
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            states = [ip("-n", n, "-o", "link", "show", self.iface).stdout for n in self.names]
+            if all("LOWER_UP" in s for s in states):
+                break
+            time.sleep(0.05)
+        print(f"netns: {self.names[0]} ({self.addrs[0]}) <-veth mtu {self.mtu}-> {self.names[1]} ({self.addrs[1]})")
+        return True
+
+    def _start_guard(self):
+        """A process outside our process tree (a kill of our tree leaves it
+        alone) that deletes the namespaces when our end of a pipe closes,
+        i.e. when this script ends, however it ends."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                if os.fork() != 0:
+                    os._exit(0)
+                os.close(w)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_IGN)
+                while True:
+                    try:
+                        if not os.read(r, 1):
+                            break
+                    except InterruptedError:
+                        continue
+                netns_delete(self.names)
+            finally:
+                os._exit(0)
+        os.close(r)
+        os.waitpid(pid, 0)
+        self.guard = w
+
+    def exec_prefix(self, i):
+        return ["ip", "netns", "exec", self.names[i]]
+
+    def delete(self):
+        if self.created:
+            netns_delete(self.names)
+            self.created = False
+        if self.guard is not None:
+            os.close(self.guard)
+            self.guard = None
+
+
+def on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run(cmd, env, timeout, log):
     print("$", " ".join(cmd))
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -138,6 +280,10 @@ def main():
     ap.add_argument("--package", default="?")
     ap.add_argument("--mode", choices=["single", "pair", "qperf"], default="pair")
     ap.add_argument("--addr", default="127.0.0.1")
+    ap.add_argument("--netns", action="store_true",
+                    help="server and client in two namespaces joined by a veth")
+    ap.add_argument("--netns-subnet", help="first three bytes of the veth /24 (default 10.<random>.<random>)")
+    ap.add_argument("--netns-mtu", type=int, default=9000)
     ap.add_argument("--port-flag", default="-p")
     ap.add_argument("--qperf-test")
     ap.add_argument("--timeout", type=float, default=90)
@@ -152,25 +298,57 @@ def main():
     if not shutil.which(cmd[0]):
         print(f"{cmd[0]} is not installed (Debian package {a.package}): skipped")
         return 77
+    if a.netns and not shutil.which("ip"):
+        print("ip (Debian package iproute2) is not installed: skipped")
+        return 77
 
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     work = tempfile.mkdtemp(prefix="uroce-compat-")
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = a.lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    env["UROCE_ADDR"] = a.addr
-    env.setdefault("UROCE_REGISTRY", os.path.join(work, "registry"))
-    ok = True
-    logs = {}
-
-    def log(name):
-        logs[name] = os.path.join(work, name + ".log")
-        return open(logs[name], "w")
-
-    capture = Capture(a.addr, work) if a.mode != "single" else None
-    if capture and capture.proc:
-        env["UROCE_GSO"] = "0"  # one frame per packet, as the frame check wants
+    procs = []
+    netns = None
+    capture = None
     try:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = a.lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        env["UROCE_ADDR"] = a.addr
+        env.setdefault("UROCE_REGISTRY", os.path.join(work, "registry"))
+        server_env = client_env = env
+        server_prefix = client_prefix = []
+        server_addr = "127.0.0.1"
+        if a.netns:
+            subnet = a.netns_subnet or f"10.{random.randint(128, 254)}.{random.randint(0, 255)}"
+            netns = Netns(subnet, a.netns_mtu)
+            if not netns.create():
+                return 77
+            server_prefix, client_prefix = netns.exec_prefix(0), netns.exec_prefix(1)
+            server_addr = netns.addrs[0]
+            # Two hosts: each end its own address and its own host registry.
+            server_env = dict(env, UROCE_ADDR=netns.addrs[0], UROCE_REGISTRY=os.path.join(work, "registry.s"))
+            client_env = dict(env, UROCE_ADDR=netns.addrs[1], UROCE_REGISTRY=os.path.join(work, "registry.c"))
+        ok = True
+        logs = {}
+
+        def log(name):
+            logs[name] = os.path.join(work, name + ".log")
+            return open(logs[name], "w")
+
+        def start(prefix, c, e, name):
+            p = run(prefix + c, e, a.timeout, log(name))
+            procs.append(p)
+            return p
+
+        if a.mode != "single":
+            if netns:
+                capture = Capture(netns.addrs[1], work, netns.iface, netns.exec_prefix(1))
+            else:
+                capture = Capture(a.addr, work)
+        if capture and capture.proc:
+            # one frame per packet, as the frame check wants
+            server_env = dict(server_env, UROCE_GSO="0")
+            client_env = dict(client_env, UROCE_GSO="0")
         if a.mode == "single":
-            p = run(cmd, env, a.timeout, log("run"))
+            p = start(server_prefix, cmd, server_env, "run")
             rc = finish(p, a.timeout, "run")
             if rc != 0:
                 print(f"exit status {rc}")
@@ -180,15 +358,16 @@ def main():
             port = free_port()
             if a.mode == "pair":
                 server_cmd = cmd + [a.port_flag, str(port)]
-                client_cmd = server_cmd + ["127.0.0.1"]
+                client_cmd = server_cmd + [server_addr]
             else:
                 server_cmd = [cmd[0], "-lp", str(port)]
-                client_cmd = cmd + ["-lp", str(port), "127.0.0.1", a.qperf_test]
-            server = run(server_cmd, env, a.timeout, log("server"))
+                client_cmd = cmd + ["-lp", str(port), server_addr, a.qperf_test]
+            server = start(server_prefix, server_cmd, server_env, "server")
             deadline = time.time() + 20
-            while not listening(port) and server.poll() is None and time.time() < deadline:
+            # `ip netns exec` execs the program: its pid shows its namespace.
+            while not listening(port, server.pid) and server.poll() is None and time.time() < deadline:
                 time.sleep(0.05)
-            client = run(client_cmd, env, a.timeout, log("client"))
+            client = start(client_prefix, client_cmd, client_env, "client")
             crc = finish(client, a.timeout, "client")
             if a.mode == "qperf":
                 # The qperf server serves forever; it must still be alive.
@@ -224,8 +403,17 @@ def main():
         if capture and not capture.check(a.min_frames):
             ok = False
     finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                p.wait()
         if capture:
             capture.stop()
+        if netns:
+            netns.delete()
         shutil.rmtree(work, ignore_errors=True)
     print("RESULT:", "PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""uroce against the Linux kernel's Soft-RoCE (rdma_rxe) in a guest VM.
+
+  rxe_test.py --state FILE up [--watch PID]       boot one guest (fixture setup)
+  rxe_test.py --state FILE down                   tear it down (fixture cleanup)
+  rxe_test.py --state FILE case PROGRAM ROLE --lib DIR
+                                                  one interoperability run
+
+The guest comes from rxe-peer.sh (next to this script): a Debian 12 kernel
+with rdma_rxe and rdma-core's programs in an initrd, on a bridge inside a
+private network namespace; uroce runs in that namespace at 10.99.0.1, the
+guest is 10.99.0.2 (rxe0, RoCE MTU 1024 on the 1500-byte bridge).  `up`
+builds (or reuses) the cached kernel/initrd (the cache of rxe-peer.sh,
+$HOME/.cache/rxe-peer by default), boots the guest under a namespace and a
+run directory of its own (RXE_NS, RXE_DIR: nothing is shared with other users
+of rxe-peer.sh), and leaves a guard process that tears the guest down when
+the ctest that started it ends, however it ends (or after an hour); `down`
+tears it down at once.
+
+A case runs PROGRAM with uroce (LD_LIBRARY_PATH=--lib, UROCE_ADDR=10.99.0.1)
+as ROLE (client or server) against the same program on rxe0 in the guest,
+captures the RoCEv2 traffic on the bridge and checks
+  - both ends exit 0 and print their result;
+  - the data: the pingpongs' and rping's own checks (-c, -V), and for
+    perftest the payload bytes on the wire (distinct PSNs of RDMA WRITE
+    requests, READ responses) against iterations x size;
+  - the capture frame by frame (tests/capture/roce_check.py): decoded as
+    InfiniBand by tshark, right ICRCs, the expected opcodes present;
+  - no NAK from either side, and the guest's rxe error counters unchanged.
+
+Exit 77 (skipped) with a message when the guest cannot be had: not root,
+qemu cannot be installed, or the Debian packages cannot be downloaded."""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEER = os.path.join(HERE, "rxe-peer.sh")
+ROCE_CHECK = os.path.join(HERE, "..", "capture", "roce_check.py")
+HOST, GUEST = "10.99.0.1", "10.99.0.2"
+GUARD_LIFETIME = 3600
+
+# The rxe counters whose growth means something went wrong on the wire.
+# Not completer_retry_err and duplicate_request: rxe's retransmission timer
+# is armed when a packet leaves and no timer is pending, and is not stopped
+# when everything is acknowledged, so in a ping-pong slower than its
+# timeout (a guest without KVM) it fires in the middle of a later message
+# and rxe resends it although nothing was lost (seen: a retry about every
+# 200 ms with no packet from uroce in between).  They are printed.
+RXE_ERROR_COUNTERS = ["rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err",
+                      "send_err", "rcvd_rnr_err", "out_of_seq_request"]
+RXE_INFO_COUNTERS = ["completer_retry_err", "duplicate_request", "sent_pkts", "rcvd_pkts"]
+
+
+def log(*a):
+    print(f"[rxe {time.strftime('%T')}]", *a, flush=True)
+
+
+def peer_env(state):
+    return dict(os.environ, RXE_DIR=state["dir"], RXE_NS=state["ns"], RXE_VMS="1")
+
+
+def peer(state, *args, timeout=120, check=False, capture=True):
+    r = subprocess.run([PEER, *args], env=peer_env(state), timeout=timeout, text=True,
+                       capture_output=capture, errors="replace")
+    if check and r.returncode != 0:
+        raise RuntimeError(f"rxe-peer.sh {' '.join(args)[:80]}: exit {r.returncode}: {r.stdout}{r.stderr}")
+    return r
+
+
+def guest(state, script, timeout=60):
+    """Runs `script` (sh) in the guest: (exit status, output)."""
+    env = dict(peer_env(state), RXE_TIMEOUT=str(int(timeout)))
+    try:
+        r = subprocess.run([PEER, "run", "-n", "1", script], env=env, timeout=timeout + 15,
+                           text=True, capture_output=True, errors="replace")
+    except subprocess.TimeoutExpired:
+        return 124, ""
+    return r.returncode, r.stdout
+
+
+# ---------------------------------------------------------------- up / down
+
+def cache_dir():
+    return os.environ.get("RXE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rxe-peer")
+
+
+def start_guard(state_file, state, watched_pid):
+    """A detached process (not in ctest's process tree) that tears the guest
+    down when `watched_pid` (the ctest) ends, when the state file goes away
+    or names another run, or after GUARD_LIFETIME seconds."""
+    def start_time(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[19]
+        except OSError:
+            return None
+
+    born = start_time(watched_pid)
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        end = time.time() + GUARD_LIFETIME
+        while time.time() < end and start_time(watched_pid) == born:
+            try:
+                with open(state_file) as f:
+                    if json.load(f).get("ns") != state["ns"]:
+                        break
+            except (OSError, ValueError):
+                break
+            time.sleep(1)
+        subprocess.run([PEER, "down"], env=peer_env(state), timeout=60, capture_output=True)
+    finally:
+        os._exit(0)
+
+
+def teardown(state_file):
+    try:
+        with open(state_file) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    if state.get("ns"):
+        r = peer(state, "down", timeout=90)
+        log((r.stderr or "").strip().splitlines()[-1:] or "down")
+    os.unlink(state_file)
+
+
+def cmd_up(a):
+    t0 = time.time()
+    teardown(a.state)  # what an earlier run may have left
+    skip_state = lambda why: (json.dump({"skip": why}, open(a.state, "w")), log("SKIP:", why), 77)[2]
+    if os.geteuid() != 0:
+        return skip_state("not root: rxe-peer.sh needs network namespaces, taps and apt-get")
+    cache = cache_dir()
+    os.makedirs(cache, exist_ok=True)
+    # Build (or find) the cached kernel + initrd; one builder at a time.
+    log(f"building or reusing the guest image in {cache} (downloads on first use)")
+    r = subprocess.run(["flock", os.path.join(cache, ".lock"), PEER, "build"],
+                       env=dict(os.environ, RXE_DIR=cache), text=True, capture_output=True,
+                       errors="replace", timeout=1500)
+    sys.stdout.write(r.stdout[-3000:] + r.stderr[-3000:])
+    if r.returncode != 0:
+        if not shutil.which("qemu-system-x86_64"):
+            return skip_state("qemu-system-x86 cannot be installed (apt-get failed): no guest")
+        return skip_state("the Debian packages for the guest cannot be downloaded or unpacked "
+                          f"(rxe-peer.sh build exit {r.returncode}): no guest")
+    t_build = time.time() - t0
+    # A run directory of our own whose image files are the cache's.
+    run_dir = os.path.join(os.path.dirname(os.path.abspath(a.state)), "rxe-peer-run")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    for f in ("vmlinuz", "initrd.img", "debs"):
+        os.symlink(os.path.join(cache, f), os.path.join(run_dir, f))
+    state = {"ns": f"uroce_rxe_{os.getpid()}", "dir": run_dir}
+    with open(a.state, "w") as f:
+        json.dump(state, f)
+    start_guard(a.state, state, a.watch or os.getppid())
+    r = subprocess.run([PEER, "up"], env=peer_env(state), text=True, capture_output=True,
+                       errors="replace", timeout=400)
+    sys.stdout.write(r.stdout[-3000:] + r.stderr[-3000:])
+    if r.returncode != 0:
+        log(f"the guest did not boot (rxe-peer.sh up exit {r.returncode}); its console:")
+        print(peer(state, "log").stdout)
+        teardown(a.state)
+        return 1
+    rc, out = guest(state, 'echo "gid $RXE_GID"; cat /sys/class/infiniband/rxe0/ports/1/gids/$RXE_GID; '
+                           'ibv_devinfo -d rxe0 | grep -E "state|active_mtu"')
+    print(out)
+    if rc != 0 or "PORT_ACTIVE" not in out:
+        log("the guest's rxe0 is not usable")
+        teardown(a.state)
+        return 1
+    log(f"guest up: image {t_build:.1f} s, total {time.time() - t0:.1f} s")
+    return 0
+
+
+def cmd_down(a):
+    teardown(a.state)
+    return 0
+
+
+# ---------------------------------------------------------------- cases
+
+def tcp_listen_re(port):
+    return rf" [0-9A-F]+:{port:04X} [0-9A-F]+:0000 0A "
+
+
+# PROGRAM: (common args, uroce-only args, guest-only args, port option or
+# None, rping-style address handling, expected regex on both outputs,
+# rejected regex, expected opcodes, data check)
+CASES = {
+    "ibv_rc_pingpong": dict(
+        args="-c -m 1024 -s 8192 -n 500", uroce="-d uroce0 -g 0", rxe="-d rxe0 -g $RXE_GID",
+        port="-p", expect=r"500 iters in", reject=r"invalid data|Failed|Couldn't|failed",
+        opcodes=[0x00, 0x01, 0x02, 0x11]),
+    "ibv_ud_pingpong": dict(
+        args="-c -s 1024 -n 500", uroce="-d uroce0 -g 0", rxe="-d rxe0 -g $RXE_GID",
+        port="-p", expect=r"500 iters in", reject=r"invalid data|Failed|Couldn't|failed",
+        opcodes=[0x64]),
+    "ib_write_bw": dict(
+        args="-F -m 1024 -s 65536 -n 200", uroce="-d uroce0 -x 0", rxe="-d rxe0 -x $RXE_GID",
+        port="-p", expect=r"^\s*65536\s+200\s+[0-9.]+\s+[0-9.]+", reject=r"Couldn't|Failed|failed|Unable",
+        opcodes=[0x06, 0x07, 0x08, 0x11], payload=({0x06, 0x07, 0x08, 0x0A}, 200 * 65536)),
+    "ib_read_lat": dict(
+        args="-F -m 1024 -s 4096 -n 300", uroce="-d uroce0 -x 0", rxe="-d rxe0 -x $RXE_GID",
+        port="-p", expect=r"^\s*4096\s+300\s+[0-9.]+\s+[0-9.]+", reject=r"Couldn't|Failed|failed|Unable",
+        client_only=True,  # a latency test's server prints no result
+        opcodes=[0x0C, 0x0D, 0x0E, 0x0F], payload=({0x0D, 0x0E, 0x0F, 0x10}, 300 * 4096)),
+    "rping": dict(
+        args="-C 50 -S 1000 -V -v", uroce="", rxe="", port="-p", rping=True,
+        expect=r"ping data: ", expect_count=50, reject=r"mismatch|error|failed|Failed",
+        opcodes=[0x64, 0x04, 0x0A, 0x0C, 0x10, 0x11]),
+}
+
+
+class BridgeCapture:
+    def __init__(self, state, work):
+        self.pcap = os.path.join(work, "run.pcap")
+        self.err = open(os.path.join(work, "tshark.err"), "w+")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", state["ns"], "tshark", "-n", "-q", "-i", "rxebr0", "-f", "udp port 4791",
+             "-c", "60000", "-a", "duration:150", "-F", "pcap", "-w", self.pcap],
+            stdout=subprocess.DEVNULL, stderr=self.err)
+        for _ in range(100):
+            self.err.seek(0)
+            if "Capture started" in self.err.read():
+                time.sleep(0.3)
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.err.seek(0)
+        raise RuntimeError("tshark cannot capture on the bridge: " + self.err.read()[-300:])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            time.sleep(0.5)
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wire_payload(pcap, opcodes):
+    """Payload bytes of the packets with `opcodes`, each PSN of each
+    destination QP counted once (a retransmission is not new data)."""
+    out = subprocess.run(
+        ["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "occurrence=f",
+         "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn",
+         "-e", "udp.length", "-e", "infiniband.bth.padcnt"],
+        capture_output=True, text=True, check=True).stdout
+    seen = {}
+    for line in out.splitlines():
+        f = line.split("\t")
+        if len(f) < 5 or not f[0]:
+            continue
+        op = int(f[0], 0)
+        if op not in opcodes:
+            continue
+        # UDP header 8, BTH 12, ICRC 4; READ responses carry an AETH on
+        # FIRST/LAST/ONLY (4), a WRITE FIRST/ONLY a RETH (16).
+        ext = {0x06: 16, 0x0A: 16, 0x0D: 4, 0x0F: 4, 0x10: 4}.get(op, 0)
+        n = int(f[3]) - 8 - 12 - 4 - ext - int(f[4] or 0, 0)
+        seen[(f[1], f[2])] = n
+    return sum(seen.values()), len(seen)
+
+
+def nak_frames(pcap):
+    out = subprocess.run(["tshark", "-n", "-r", pcap, "-Y", "infiniband.aeth.syndrome >= 0x20",
+                          "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Info"],
+                         capture_output=True, text=True).stdout
+    # syndrome 0x20..0x3f: RNR NAK; 0x60..0x7f: NAK (bits 6:5 = 01 / 11)
+    return [l for l in out.splitlines() if l.strip()]
+
+
+def rxe_counters(state):
+    rc, out = guest(state, "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *")
+    c = {}
+    for line in out.splitlines():
+        m = re.match(r"(\w+):(\d+)$", line.strip())
+        if m:
+            c[m.group(1)] = int(m.group(2))
+    return c
+
+
+def cmd_case(a):
+    try:
+        with open(a.state) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        log("no guest (the fixture rxe.peer.up did not run or failed)")
+        return 1
+    if state.get("skip"):
+        log("SKIP:", state["skip"])
+        return 77
+    c = CASES[a.program]
+    prog = a.program
+    port = 18000 + (os.getpid() % 2000)
+    work = tempfile.mkdtemp(prefix="uroce-rxe-")
+    host_env = dict(os.environ, UROCE_ADDR=HOST, UROCE_GSO="0",
+                    UROCE_REGISTRY=os.path.join(work, "registry"),
+                    LD_LIBRARY_PATH=a.lib + (":" + os.environ["LD_LIBRARY_PATH"]
+                                             if os.environ.get("LD_LIBRARY_PATH") else ""))
+    server_addr = HOST if a.role == "server" else GUEST
+    if c.get("rping"):
+        server_args = f"-s -a {server_addr} -p {port} {c['args']}"
+        client_args = f"-c -a {server_addr} -p {port} {c['args']}"
+    else:
+        server_args = f"{c['args']} {c['port']} {port}"
+        client_args = f"{server_args} {server_addr}"
+    timeout = a.timeout
+    ok = True
+    host_proc = None
+    cap = None
+    t0 = time.time()
+    try:
+        before = rxe_counters(state)
+        cap = BridgeCapture(state, work)
+        host_log = open(os.path.join(work, "uroce.log"), "w+")
+
+        def start_host(args):
+            cmd = [PEER, "host", "env", f"LD_LIBRARY_PATH={host_env['LD_LIBRARY_PATH']}",
+                   f"UROCE_ADDR={HOST}", "UROCE_GSO=0", f"UROCE_REGISTRY={host_env['UROCE_REGISTRY']}",
+                   prog, *(f"{c['uroce']} {args}".split())]
+            log("uroce $", " ".join(cmd[3:]))
+            return subprocess.Popen(cmd, env=peer_env(state), stdout=host_log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+        def finish_host(p, t):
+            try:
+                return p.wait(t)
+            except subprocess.TimeoutExpired:
+                log(f"uroce {prog}: still running after {t:.0f} s: killed")
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                return 124
+
+        # Bounded in the guest too: a run that outlives its `rxe-peer.sh run`
+        # would hold the guest's control channel.
+        guest_cmd = f"timeout -s KILL {int(timeout) - 5} {prog} {c['rxe']} "
+        if a.role == "server":
+            host_proc = start_host(server_args)
+            # Wait for the server: a TCP listener in the namespace, or (rping) a moment.
+            deadline = time.time() + 20
+            while not c.get("rping") and time.time() < deadline and host_proc.poll() is None:
+                tcp = subprocess.run(["ip", "netns", "exec", state["ns"], "cat", "/proc/net/tcp",
+                                      "/proc/net/tcp6"], capture_output=True, text=True).stdout
+                if re.search(tcp_listen_re(port), tcp):
+                    break
+                time.sleep(0.1)
+            else:
+                time.sleep(1.5)
+            log("rxe   $", guest_cmd + client_args)
+            grc, gout = guest(state, guest_cmd + client_args + "; echo EXIT=$?", timeout=timeout)
+            hrc = finish_host(host_proc, 20)
+        else:
+            log("rxe   $", guest_cmd + server_args)
+            guest(state, f"( {guest_cmd} {server_args} & echo $! > /tmp/srv.pid; wait $!; echo EXIT=$? ) "
+                         "> /tmp/srv.log 2>&1 &")
+            if c.get("rping"):
+                time.sleep(1.5)
+            else:
+                guest(state, f"for i in $(seq 200); do grep -qE '{tcp_listen_re(port)}' /proc/net/tcp "
+                             "/proc/net/tcp6 && exit 0; sleep 0.1; done; exit 1", timeout=30)
+            host_proc = start_host(client_args)
+            hrc = finish_host(host_proc, timeout)
+            guest(state, "for i in $(seq 100); do grep -q EXIT= /tmp/srv.log && break; sleep 0.1; done", 20)
+            grc, gout = guest(state, "kill -9 $(cat /tmp/srv.pid) 2>/dev/null; cat /tmp/srv.log")
+        m = re.search(r"EXIT=(\d+)\s*$", gout)
+        grc = int(m.group(1)) if m else (grc or 1)
+        gout = gout[:m.start()] if m else gout
+        host_log.seek(0)
+        hout = host_log.read()
+        elapsed = time.time() - t0
+        cap.stop()
+        after = rxe_counters(state)
+
+        print(f"----- uroce ({a.role}) output, exit {hrc}\n{hout[-5000:].rstrip()}")
+        print(f"----- rdma_rxe ({'client' if a.role == 'server' else 'server'}) output, exit {grc}\n"
+              f"{gout[-5000:].rstrip()}")
+        if hrc != 0:
+            log(f"uroce {prog} exit status {hrc}")
+            ok = False
+        if grc != 0:
+            log(f"rxe {prog} exit status {grc}")
+            ok = False
+        for name, text in (("uroce", hout), ("rxe", gout)):
+            is_client = (name == "uroce") == (a.role == "client")
+            found = len(re.findall(c["expect"], text, re.M))
+            if (is_client or not c.get("client_only")) and found < c.get("expect_count", 1):
+                log(f"{name} output matches {c['expect']!r} {found} times (want {c.get('expect_count', 1)})")
+                ok = False
+            m = re.search(c["reject"], text, re.M)
+            if m:
+                log(f"{name} output has {m.group(0)!r} (rejected)")
+                ok = False
+        # The capture, frame by frame.
+        r = subprocess.run([sys.executable, ROCE_CHECK, cap.pcap, "--min-frames", "10",
+                            "--expect-opcodes", ",".join(hex(o) for o in c["opcodes"])],
+                           capture_output=True, text=True)
+        print("----- capture on the bridge\n" + r.stdout.rstrip())
+        if r.returncode != 0:
+            ok = False
+        naks = nak_frames(cap.pcap)
+        if naks:
+            log(f"{len(naks)} NAK/RNR NAK frames:", *naks[:5])
+            ok = False
+        if "payload" in c:
+            ops, want = c["payload"]
+            got, pkts = wire_payload(cap.pcap, ops)
+            log(f"data on the wire: {got} payload bytes in {pkts} packets (want {want})")
+            if got != want:
+                ok = False
+        grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
+                 if after.get(k, 0) != before.get(k, 0)}
+        if grown:
+            log("rxe error counters grew:", grown)
+            ok = False
+        log("rxe counters:", {k: after.get(k, 0) - before.get(k, 0) for k in RXE_INFO_COUNTERS})
+        log(f"{prog}, uroce {a.role}: {elapsed:.1f} s")
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        log("error:", e)
+        ok = False
+    finally:
+        if host_proc and host_proc.poll() is None:
+            os.killpg(host_proc.pid, signal.SIGKILL)
+            host_proc.wait()
+        if cap:
+            cap.stop()
+        if a.role == "client":
+            guest(state, "kill -9 $(cat /tmp/srv.pid) 2>/dev/null; rm -f /tmp/srv.pid /tmp/srv.log", 20)
+        if os.environ.get("RXE_TEST_KEEP"):
+            log("kept", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print("RESULT:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--state", required=True)
+    sub = ap.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("up")
+    p.add_argument("--watch", type=int, help="the guest lives as long as this process (default: our parent, ctest)")
+    sub.add_parser("down")
+    p = sub.add_parser("case")
+    p.add_argument("program", choices=sorted(CASES))
+    p.add_argument("role", choices=["client", "server"])
+    p.add_argument("--lib", required=True)
+    p.add_argument("--timeout", type=float, default=60)
+    a = ap.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: sys.exit(128 + s))
+    return {"up": cmd_up, "down": cmd_down, "case": cmd_case}[a.what](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
