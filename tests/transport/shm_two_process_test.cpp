@@ -182,6 +182,7 @@ int child_main(int in, int out) {
   if (!expect_cmd(in, 'W') || !e.same(100000, 2, 100000)) return 3;                    // parent's WRITE
   if (!expect_cmd(in, 'B') || !e.same(kBig, 5, kBig)) return 8;                     // parent's big WRITE
   fill_pattern(e.buf.data() + kBig, kBig, 6);                                          // for its big READ
+  e.sync();  // the NIC thread that reads it for the READ takes the lock after us
   if (!send_cmd(out, 'b')) return 9;
   if (!expect_cmd(in, 'A')) return 4;                                                  // parent's atomics
   e.sync();
