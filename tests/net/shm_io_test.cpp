@@ -103,9 +103,9 @@ class ShmTest : public ::testing::Test {
     return r.ok() ? std::move(*r) : nullptr;
   }
 
-  std::unique_ptr<ShmIo> open_io(uint16_t port = 0, ShmConfig cfg = {}) {
+  std::unique_ptr<ShmIo> open_io(uint16_t port = 0, ShmConfig cfg = {}, const IpAddr& addr = kLo) {
     UdpConfig u;
-    u.local = kLo;
+    u.local = addr;
     u.port = port;
     u.port_fallback = false;
     auto udp = UdpIo::open(u);
@@ -445,6 +445,29 @@ TEST_F(ShmTest, TwoNicsExchangePacketsWithoutUdpDatagrams) {
   EXPECT_EQ(sb.shm_rx_packets, 100u);
   EXPECT_EQ(sb.rx_packets, 100u);
   EXPECT_EQ(sb.shm_tx_packets, 10u);
+}
+
+TEST_F(ShmTest, Ipv6NicsExchangeThroughRingsToo) {
+  const IpAddr lo6 = *IpAddr::parse("::1");
+  auto a = open_io(0, {}, lo6), b = open_io(0, {}, lo6);
+  if (!a || !b) GTEST_SKIP() << "no IPv6 loopback";
+  ASSERT_NE(b->ring(), nullptr);
+  std::vector<Bytes> pkts;
+  std::vector<TxPacket> tx;
+  for (uint32_t k = 0; k < 20; ++k) pkts.push_back(make_pkt(6, k, len_for(k)));
+  for (const Bytes& p : pkts) tx.push_back(tx_of(p, b->local()));
+  tx.push_back(tx_of(pkts[0], Endpoint{kLo, b->local().port}));  // IPv4 from an IPv6 NIC: refused, as UDP would
+  EXPECT_EQ(a->send_batch(tx), 20u);
+  auto got = recv_n(*b, 20);
+  ASSERT_EQ(got.size(), 20u);
+  for (uint32_t k = 0; k < 20; ++k) {
+    EXPECT_EQ(got[k].first, pkts[k]);
+    EXPECT_EQ(got[k].second.src, a->local());
+    EXPECT_EQ(got[k].second.dst, lo6);
+  }
+  EXPECT_EQ(a->stats().shm_tx_packets, 20u);
+  EXPECT_EQ(a->stats().tx_errors, 1u);
+  EXPECT_EQ(b->udp().stats().rx_packets, 0u);
 }
 
 TEST_F(ShmTest, GsoTrainBecomesOneSlotPerPacketWithItsIpv4Id) {
