@@ -254,6 +254,9 @@ def main():
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, rp.on_signal if hasattr(rp, "on_signal") else signal.default_int_handler)
+    # A sanitizer runtime preloaded for the programs (sanitizer builds) is
+    # theirs only: tshark, ip and the checkers run without it.
+    preload = os.environ.pop("LD_PRELOAD", None)
     work = tempfile.mkdtemp(prefix="uroce-rdmacm-")
     procs = []
     netns = None
@@ -263,6 +266,8 @@ def main():
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = a.lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env["UROCE_ADDR"] = a.addr
+        if preload:
+            env["LD_PRELOAD"] = preload
         env.setdefault("UROCE_REGISTRY", os.path.join(work, "registry"))
         server_env = client_env = env
         server_prefix = client_prefix = []
