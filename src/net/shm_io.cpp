@@ -53,6 +53,7 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
     auto ring = ShmRing::create(shm_ring_path(io->dir_, local), opt);
     if (!ring.ok()) return ring.status();
     io->ring_ = std::move(*ring);
+    ShmRing::publish_local(io->ring_);
     UROCE_LOG(info, "shm: %s receives through %s", local.to_string().c_str(), io->ring_->path().c_str());
   }
   io->udp_out_.reserve(2 * kMaxBatch);
@@ -61,7 +62,9 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
   return io;
 }
 
-ShmIo::~ShmIo() = default;
+ShmIo::~ShmIo() {
+  if (ring_) ring_->close();  // other NICs of this process may still hold it: close it now
+}
 
 size_t ShmIo::peer(const Endpoint& ep, Clock::time_point now) noexcept {
   size_t i = last_peer_;
@@ -92,6 +95,11 @@ void ShmIo::refresh(Peer& p, Clock::time_point now) noexcept {
     }
     UROCE_LOG(debug, "shm: the ring of %s is gone or replaced", p.ep.to_string().c_str());
     p.ring.reset();
+  }
+  if (auto mine = ShmRing::local(p.path)) {  // a NIC of this process
+    p.ring = std::move(mine);
+    p.recheck = now + kRecheck;
+    return;
   }
   auto r = ShmRing::attach(p.path);
   if (r.ok()) {

@@ -90,7 +90,7 @@ class ShmIo final : public PacketIo {
   struct Peer {
     Endpoint ep;
     std::string path;
-    std::unique_ptr<ShmRing> ring;  // null: this destination is reached by UDP
+    std::shared_ptr<ShmRing> ring;  // null: this destination is reached by UDP
     Clock::time_point recheck;
     bool full = false;  // full for good in this batch
   };
@@ -100,7 +100,7 @@ class ShmIo final : public PacketIo {
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
 
   std::unique_ptr<UdpIo> udp_;
-  std::unique_ptr<ShmRing> ring_;
+  std::shared_ptr<ShmRing> ring_;
   std::string dir_;
   ShmConfig cfg_;
   bool use_shm_ = false;  // our address is specific: peers can tell it is us

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "common/log.hpp"
@@ -155,14 +157,45 @@ Status ShmRing::map(int fd, size_t size, bool populate) {
   return {};
 }
 
+namespace {
+std::mutex g_local_mu;
+std::map<std::string, std::weak_ptr<ShmRing>>& locals() {
+  static auto* m = new std::map<std::string, std::weak_ptr<ShmRing>>;
+  return *m;
+}
+}  // namespace
+
+void ShmRing::publish_local(const std::shared_ptr<ShmRing>& ring) {
+  if (!ring || !ring->owner_) return;
+  std::lock_guard g(g_local_mu);
+  locals()[ring->path_] = ring;
+}
+
+std::shared_ptr<ShmRing> ShmRing::local(const std::string& path) {
+  std::lock_guard g(g_local_mu);
+  auto it = locals().find(path);
+  if (it == locals().end()) return nullptr;
+  auto r = it->second.lock();
+  // Not in a forked child: it is another process, which maps for itself.
+  if (!r || r->closed() || r->pid_ != ::getpid()) return nullptr;
+  return r;
+}
+
+void ShmRing::close() noexcept {
+  if (!owner_ || closed_ || !hdr_) return;
+  closed_ = true;
+  hdr_->closed.store(1, kRel);
+  // Our file still, unless a successor replaced it (then it is theirs).
+  struct stat st;
+  if (::stat(path_.c_str(), &st) == 0 && uint64_t(st.st_ino) == ino_ && uint64_t(st.st_dev) == dev_)
+    ::unlink(path_.c_str());
+  std::lock_guard g(g_local_mu);
+  auto it = locals().find(path_);
+  if (it != locals().end() && (it->second.expired() || it->second.lock().get() == this)) locals().erase(it);
+}
+
 ShmRing::~ShmRing() {
-  if (owner_ && hdr_) {
-    hdr_->closed.store(1, kRel);
-    // Our file still, unless a successor replaced it (then it is theirs).
-    struct stat st;
-    if (::stat(path_.c_str(), &st) == 0 && uint64_t(st.st_ino) == ino_ && uint64_t(st.st_dev) == dev_)
-      ::unlink(path_.c_str());
-  }
+  close();
   if (map_) ::munmap(map_, size_);
 }
 

@@ -137,6 +137,16 @@ class ShmRing {
   // Removes ring files of dead owners in `dir` (ours: uroce-<uid>-*.ring);
   // returns how many.
   static size_t clean_stale(const std::string& dir);
+  // Rings created by this process are shared with its own producers rather
+  // than mapped a second time (the same memory at two addresses would hide
+  // the producer/consumer ordering from ThreadSanitizer, and costs memory).
+  // publish_local() makes an owner's ring findable by local(path) until
+  // close().
+  static void publish_local(const std::shared_ptr<ShmRing>& ring);
+  static std::shared_ptr<ShmRing> local(const std::string& path);
+  // The owner's goodbye: marks the ring closed (producers stop using it),
+  // removes its file and its local publication.  The destructor does it too.
+  void close() noexcept;
 
   ~ShmRing();
   ShmRing(const ShmRing&) = delete;
@@ -189,6 +199,7 @@ class ShmRing {
 
   std::string path_;
   bool owner_ = false;
+  bool closed_ = false;  // close() done
   void* map_ = nullptr;
   size_t size_ = 0;
   uint64_t ino_ = 0, dev_ = 0;
