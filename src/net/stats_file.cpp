@@ -80,6 +80,10 @@ bool stats_enabled() {
 
 Result<std::unique_ptr<StatsPublisher>> StatsPublisher::create(const Identity& id,
                                                                std::span<const std::string_view> names) {
+  // Files of processes that died without removing theirs (killed, crashed)
+  // go once per process, as `uroce stat` does when it meets them.
+  static std::once_flag swept;
+  std::call_once(swept, [] { (void)read_published_stats(std::nullopt); });
   const auto me = proc_stat(0);
   const std::string base = stats_dir() + "/" + prefix() + std::to_string(::getpid()) + "-" + sanitize(id.device);
   std::string path;

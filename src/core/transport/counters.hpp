@@ -1,7 +1,7 @@
 // Per-NIC counters, like the kernel's hw_counters.  Updated under the NIC
 // lock; read a consistent copy with Nic::snapshot() under the same lock
-// (it also fills in the counters kept by the packet I/O: rx_kernel_drops and
-// the fault_* counts).  Names are stable: docs/counters.md describes each.
+// (it also fills in the counters kept by the packet I/O: rx_kernel_drops,
+// the fault_* and the shm_* / doorbells_* counts).  Names are stable: docs/counters.md describes each.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,9 @@ namespace uroce::transport {
   X(fault_tx_dropped) X(fault_tx_duplicated) X(fault_tx_reordered)               \
   X(fault_tx_delayed) X(fault_tx_corrupted) X(fault_rx_dropped)                  \
   X(fault_rx_duplicated) X(fault_rx_reordered) X(fault_rx_delayed)               \
-  X(fault_rx_corrupted)
+  X(fault_rx_corrupted)                                                          \
+  X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) X(shm_rx_skipped)           \
+  X(doorbells_tx) X(doorbells_rx)
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name) uint64_t name = 0;

@@ -209,6 +209,12 @@ Counters Nic::snapshot() const noexcept {
   c.fault_rx_reordered = s.rx_faults.reordered;
   c.fault_rx_delayed = s.rx_faults.delayed;
   c.fault_rx_corrupted = s.rx_faults.corrupted;
+  c.shm_tx_packets = s.shm_tx_packets;
+  c.shm_rx_packets = s.shm_rx_packets;
+  c.shm_tx_full = s.shm_tx_full;
+  c.shm_rx_skipped = s.shm_rx_skipped;
+  c.doorbells_tx = s.doorbells_tx;
+  c.doorbells_rx = s.doorbells_rx;
   return c;
 }
 
