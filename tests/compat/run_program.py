@@ -312,6 +312,12 @@ def main():
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = a.lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env["UROCE_ADDR"] = a.addr
+        # Sanitizer builds: the runtime our library carries goes first into
+        # the programs (not instrumented) only, never into this interpreter,
+        # tshark or ip (a preloaded TSan runtime crashes some Pythons).
+        preload = env.pop("UROCE_SAN_PRELOAD", None)
+        if preload:
+            env["LD_PRELOAD"] = preload
         env.setdefault("UROCE_REGISTRY", os.path.join(work, "registry"))
         server_env = client_env = env
         server_prefix = client_prefix = []

@@ -256,7 +256,9 @@ def main():
         signal.signal(sig, rp.on_signal if hasattr(rp, "on_signal") else signal.default_int_handler)
     # A sanitizer runtime preloaded for the programs (sanitizer builds) is
     # theirs only: tshark, ip and the checkers run without it.
-    preload = os.environ.pop("LD_PRELOAD", None)
+    # (UROCE_SAN_PRELOAD: the CMake files pass it so, never as LD_PRELOAD,
+    # which would go into this interpreter too.)
+    preload = os.environ.pop("UROCE_SAN_PRELOAD", None) or os.environ.pop("LD_PRELOAD", None)
     work = tempfile.mkdtemp(prefix="uroce-rdmacm-")
     procs = []
     netns = None
