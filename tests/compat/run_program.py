@@ -316,7 +316,7 @@ def main():
         # the programs (not instrumented) only, never into this interpreter,
         # tshark or ip (a preloaded TSan runtime crashes some Pythons).
         preload = env.pop("UROCE_SAN_PRELOAD", None)
-        if preload:
+        if preload and not a.netns:
             env["LD_PRELOAD"] = preload
         env.setdefault("UROCE_REGISTRY", os.path.join(work, "registry"))
         server_env = client_env = env
@@ -328,6 +328,9 @@ def main():
             if not netns.create():
                 return 77
             server_prefix, client_prefix = netns.exec_prefix(0), netns.exec_prefix(1)
+            if preload:  # into the programs, not into ip
+                server_prefix = server_prefix + ["env", "LD_PRELOAD=" + preload]
+                client_prefix = client_prefix + ["env", "LD_PRELOAD=" + preload]
             server_addr = netns.addrs[0]
             # Two hosts: each end its own address and its own host registry.
             server_env = dict(env, UROCE_ADDR=netns.addrs[0], UROCE_REGISTRY=os.path.join(work, "registry.s"))
