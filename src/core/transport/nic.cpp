@@ -264,12 +264,15 @@ void Nic::pump() noexcept {
     verbs::Qp* qp = ready_.front();
     ready_.pop_front();
     qp->in_ready_ = false;
-    // Requests first: an ACK (the shortest packet) then ends their GSO train.
+    // Responses first, as hardware would have sent them: an ACK that waited
+    // for the application's answer still precedes that answer on the wire,
+    // so the peer completes its request before it sees our new one (a
+    // program that polls one completion per event relies on that order).
     // Each side has its own budget: neither starves the other.
     size_t budget = kPerQpBudget;
-    bool more = requester_produce(*this, *qp, budget);
+    bool more = responder_produce(*this, *qp, budget);
     budget = kPerQpBudget;
-    more = responder_produce(*this, *qp, budget) || more;
+    more = requester_produce(*this, *qp, budget) || more;
     if (more) schedule(*qp);
     if (tx_.full()) tx_.flush(*io_, counters_);
   }
