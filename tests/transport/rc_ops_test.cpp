@@ -160,5 +160,46 @@ TEST_F(RcOps, AtomicsReturnOriginalValue) {
   EXPECT_EQ(*target, 7u);
 }
 
+// A ping-pong on one CQ per side: the ACK of the ping (held back to leave
+// with the pong) still reaches the pinger before the pong, so its SEND
+// completes before the pong's RECV, as with hardware.  Programs that take
+// one completion per event (perftest's ib_send_lat -e) rely on this order.
+TEST(RcOrder, AckOfThePingCompletesBeforeThePongArrives) {
+  PairOptions o;
+  o.connect = false;
+  Pair p(o);
+  auto qa = p.create_qp(p.a, p.a.scq.get(), p.a.scq.get());
+  auto qb = p.create_qp(p.b, p.b.scq.get(), p.b.scq.get());
+  ASSERT_TRUE(qa && qb);
+  p.connect_qp(*qa, *qb, p.b, o.psn_b, o.psn_a);
+  p.connect_qp(*qb, *qa, p.a, o.psn_a, o.psn_b);
+  for (int round = 0; round < 200; ++round) {
+    ASSERT_TRUE(post_recv(*qa, 10, {p.a.sge(4096, 64)}).ok());
+    ASSERT_TRUE(post_recv(*qb, 20, {p.b.sge(4096, 64)}).ok());
+    SendWr ping;
+    ping.wr_id = 1;
+    ping.opcode = WrOpcode::send;
+    ping.send_flags = send_flags::kSignaled;
+    Sge sa = p.a.sge(0, 8);
+    ping.sg_list = {&sa, 1};
+    ASSERT_TRUE(post_send(*qa, ping).ok());
+    auto got = poll_n(*p.b.scq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].opcode, WcOpcode::recv);
+    SendWr pong = ping;
+    pong.wr_id = 2;
+    Sge sb = p.b.sge(0, 8);
+    pong.sg_list = {&sb, 1};
+    ASSERT_TRUE(post_send(*qb, pong).ok());
+    auto a = poll_n(*p.a.scq, 2);
+    ASSERT_EQ(a.size(), 2u) << "round " << round;
+    EXPECT_EQ(a[0].opcode, WcOpcode::send) << "round " << round;
+    EXPECT_EQ(a[1].opcode, WcOpcode::recv) << "round " << round;
+    auto b = poll_n(*p.b.scq, 1);
+    ASSERT_EQ(b.size(), 1u);
+    EXPECT_EQ(b[0].opcode, WcOpcode::send);
+  }
+}
+
 }  // namespace
 }  // namespace uroce::test
