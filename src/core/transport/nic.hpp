@@ -216,10 +216,7 @@ class Nic {
   std::atomic<bool> stop_{false};
   int epfd_ = -1;
   int kick_fd_ = -1;
-  // when an application thread last drove progress, and since when it has
-  // done so without a pause (Clock ns; progress.cpp)
-  std::atomic<int64_t> app_last_drive_{0};
-  std::atomic<int64_t> app_streak_start_{0};
+  std::atomic<uint64_t> app_activity_{0};  // bumped by every application-driven poll
   std::atomic<int> app_waiting_{0};        // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};

@@ -15,27 +15,22 @@
 namespace uroce::transport {
 namespace {
 
-// The progress thread leaves the socket to an application thread that is
-// polling (drove progress less than kAppIdle ago) and looks again after as
-// long as that thread has been polling without a pause (at least kAppIdle,
-// at most kAppTickMs).  A thread that polls its CQ without pause costs us
-// one wake-up per kAppTickMs; one that polls in bursts (perftest's
-// ib_write_lat polls for its own completion, then spins on memory for the
-// peer's RDMA WRITE, which only we can land) has the socket back within
-// about one burst.
+// How long the progress thread leaves the socket to an application thread
+// that drove progress since its last look.  Passive-side requests wait at
+// most about twice this when the application stops polling.  (A shorter
+// look does not pay: the test "has it polled in the last few us" cannot be
+// made here, where a wake-up alone takes about 20 us, and every look costs
+// the polling thread its CPU on a small machine.  So a program that polls
+// its CQ in bursts and spins on memory in between, as perftest's
+// ib_write_lat does, sees about a tick per round trip.)
 constexpr int kAppTickMs = 1;
-constexpr std::chrono::nanoseconds kAppIdle = std::chrono::microseconds(20);
-constexpr std::chrono::nanoseconds kAppCheckMax = std::chrono::milliseconds(kAppTickMs);
 // Packets the progress thread handles before it looks at timers again.
 constexpr int kThreadRxRounds = 64;
 
 }  // namespace
 
 void Nic::drive() noexcept {
-  const int64_t t = Clock::now().time_since_epoch().count();
-  if (t - app_last_drive_.load(std::memory_order_relaxed) > kAppIdle.count())
-    app_streak_start_.store(t, std::memory_order_relaxed);
-  app_last_drive_.store(t, std::memory_order_relaxed);
+  app_activity_.fetch_add(1, std::memory_order_relaxed);
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
   if (poll_rx() == 0) {
     if (!lazy_.empty()) flush_acks();
@@ -96,6 +91,7 @@ void Nic::start_progress_thread() {
 }
 
 void Nic::progress_thread_main() noexcept {
+  uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   bool armed = false;
   bool rx_event = false;  // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
@@ -105,8 +101,9 @@ void Nic::progress_thread_main() noexcept {
       std::lock_guard g(mu_);
       refresh_now();
       run_timers();
-      const int64_t now_ns = now_.time_since_epoch().count();
-      const bool polled = now_ns - app_last_drive_.load(std::memory_order_relaxed) < kAppIdle.count();
+      const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
+      const bool polled = cur != seen;
+      seen = cur;
       app_active = polled || app_waiting_.load(std::memory_order_acquire) > 0;
       // A packet that woke us is served even if the application polled a
       // while ago (it would otherwise wait a tick); one sleeping in the
@@ -122,12 +119,9 @@ void Nic::progress_thread_main() noexcept {
       // Tick only while an application thread polls (to take the socket
       // over when it stops).  One asleep in the socket serves it itself and
       // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
-      if (polled) {
-        const int64_t streak = now_ns - app_streak_start_.load(std::memory_order_relaxed);
-        sleep_until = now_ns + std::clamp<int64_t>(streak, kAppIdle.count(), kAppCheckMax.count());
-      } else {
-        sleep_until = INT64_MAX;
-      }
+      sleep_until = polled
+          ? (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count()
+          : INT64_MAX;
       if (!timers_.empty())
         sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
