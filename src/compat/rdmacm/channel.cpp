@@ -90,6 +90,7 @@ void retire_channel(Channel* ch) noexcept {
 // Takes the next event of `ch`, blocking unless its fd is non-blocking.
 static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
   while (true) {
+    int fd;  // read under the lock: another thread may destroy the channel meanwhile
     {
       std::lock_guard g(ch.mu);
       if (!ch.queue.empty()) {
@@ -104,13 +105,14 @@ static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
         return 0;
       }
       if (ch.ch.fd < 0) return fail("rdma_get_cm_event", EBADF, "the channel was destroyed");
+      fd = ch.ch.fd;
     }
-    const int fl = ::fcntl(ch.ch.fd, F_GETFL);
+    const int fl = ::fcntl(fd, F_GETFL);
     if (fl >= 0 && (fl & O_NONBLOCK)) {
       errno = EAGAIN;
       return -1;
     }
-    pollfd p{ch.ch.fd, POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, -1) < 0 && errno != EINTR) return fail("rdma_get_cm_event", errno, "poll failed");
   }
 }

@@ -140,7 +140,12 @@ UROCE_C_API int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* 
     if (!src) return fail("rdma_resolve_addr", EAFNOSUPPORT, "source is not an IPv4 or IPv6 address");
   }
   CmId* c = to_cm(id);
+  // An id with an event channel may be destroyed by the thread that takes
+  // the operation's event as soon as the operation is under way: do not
+  // touch it afterwards (its event refreshed its fields).
+  const bool sync = c->sync;
   if (Status s = cm_of(*lib()).resolve_addr(c->core, src, *dst); !s.ok()) return fail("rdma_resolve_addr", s);
+  if (!sync) return 0;
   sync_fields(*c);
   return wait_event(*c);
 }
@@ -148,7 +153,9 @@ UROCE_C_API int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* 
 UROCE_C_API int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
   (void)timeout_ms;
   CmId* c = to_cm(id);
+  const bool sync = c->sync;  // (see rdma_resolve_addr)
   if (Status s = cm_of(*lib()).resolve_route(c->core); !s.ok()) return fail("rdma_resolve_route", s);
+  if (!sync) return 0;
   sync_fields(*c);
   return wait_event(*c);
 }
@@ -240,8 +247,9 @@ UROCE_C_API int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p.qp_num = cp->qp_num;
     p.private_data = private_of(cp);
   }
+  const bool sync = c->sync;  // (see rdma_resolve_addr)
   if (Status s = cm_of(*lib()).connect(c->core, p); !s.ok()) return fail("rdma_connect", s);
-  return wait_event(*c);
+  return sync ? wait_event(*c) : 0;
 }
 
 UROCE_C_API int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -268,8 +276,9 @@ UROCE_C_API int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     rdma_ack_cm_event(c->id.event);
     c->id.event = nullptr;
   }
+  const bool sync = c->sync;  // (see rdma_resolve_addr)
   if (Status s = cm_of(*lib()).accept(c->core, p); !s.ok()) return fail("rdma_accept", s);
-  return ud ? 0 : wait_event(*c);
+  return ud || !sync ? 0 : wait_event(*c);
 }
 
 UROCE_C_API int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
@@ -292,9 +301,10 @@ UROCE_C_API int rdma_establish(rdma_cm_id* id) {
 
 UROCE_C_API int rdma_disconnect(rdma_cm_id* id) {
   CmId* c = to_cm(id);
+  const bool sync = c->sync;  // (see rdma_resolve_addr)
   bool follows = false;
   if (Status s = cm_of(*lib()).disconnect(c->core, &follows); !s.ok()) return fail("rdma_disconnect", s);
-  return follows ? wait_event(*c) : 0;
+  return follows && sync ? wait_event(*c) : 0;
 }
 
 UROCE_C_API int rdma_notify(rdma_cm_id* id, ibv_event_type event) {

@@ -140,6 +140,12 @@ void put_sockaddr(sockaddr_storage& ss, const Endpoint& ep) {
 }  // namespace
 
 void refresh(CmId& c, const cm::IdView& v, Library& l) noexcept {
+  // Two threads may refresh one id at once: the caller of an operation
+  // (sync_fields, after it) and the thread an event of that operation is
+  // delivered in (rping resolves the route in its CM thread while its main
+  // thread is still returning from rdma_resolve_addr).
+  static std::mutex fields_mu;
+  std::lock_guard g(fields_mu);
   rdma_cm_id& id = c.id;
   if (v.port) {
     c.dev = device_of(l, v.port);
