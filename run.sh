@@ -101,6 +101,29 @@ build() {
 # tables for the reports, NDEBUG as in the plain build.
 SANITIZER_FLAGS=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 
+# run_ctest STAGE DIR [ctest options]: ctest in DIR, its output also kept in
+# DIR/ctest.log for the summary at the end.
+run_ctest() {
+  local st=$1 dir=$2
+  shift 2
+  ctest --test-dir "$dir" "$@" 2>&1 | tee "$dir/ctest.log"
+}
+
+# report_failures STAGE...: for each failed stage, the failed tests and the
+# end of each one's output (the last lines are all some CI summaries show).
+stage_dir() { if [[ $1 == plain ]]; then echo "$BUILD_DIR"; else echo "build-$1"; fi; }
+report_failures() {
+  local st log
+  for st in "$@"; do
+    log="$(stage_dir "$st")/ctest.log"
+    if [[ -f "$log" ]]; then
+      python3 tests/support/ctest_failures.py "$st" "$log"
+    else
+      say "stage $st: did not get to its tests (see the messages above)"
+    fi
+  done
+}
+
 # run_tests [ctest options]: the stages of ./run.sh test; exit status 0 only
 # if every stage passed.
 run_tests() {
@@ -109,11 +132,12 @@ run_tests() {
   for st in $stages; do
     t0=$SECONDS
     say "stage $st"
+    rm -f "$(stage_dir "$st")/ctest.log"
     case $st in
       plain)
         CMAKE_ARGS=()
         if build_in "$BUILD_DIR"; then
-          ctest --test-dir "$BUILD_DIR" "${ctest_opts[@]}" "$@" || failed+=("$st")
+          run_ctest plain "$BUILD_DIR" "${ctest_opts[@]}" "$@" || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -122,7 +146,7 @@ run_tests() {
         CMAKE_ARGS=(-DUROCE_SANITIZE=address,undefined "${SANITIZER_FLAGS[@]}")
         if build_in build-asan; then
           ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-            ctest --test-dir build-asan "${ctest_opts[@]}" "$@" || failed+=("$st")
+            run_ctest asan build-asan "${ctest_opts[@]}" "$@" || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -132,7 +156,7 @@ run_tests() {
         if build_in build-tsan; then
           # TSan is 5-15x slower: the soak moves less (same checks).
           TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
-            UROCE_SOAK_MIB=2 ctest --test-dir build-tsan "${ctest_opts[@]}" "$@" || failed+=("$st")
+            UROCE_SOAK_MIB=2 run_ctest tsan build-tsan "${ctest_opts[@]}" "$@" || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -145,7 +169,7 @@ run_tests() {
         CMAKE_ARGS=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DUROCE_FUZZ=ON
                     "-DUROCE_FUZZ_SECONDS=${UROCE_FUZZ_SECONDS:-60}")
         if build_in build-fuzz rx_fuzz; then
-          ctest --test-dir build-fuzz "${ctest_opts[@]}" -R '^fuzz\.rx_fuzz$' || failed+=("$st")
+          run_ctest fuzz build-fuzz "${ctest_opts[@]}" -R '^fuzz\.rx_fuzz$' || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -158,6 +182,7 @@ run_tests() {
     say "stage $st took $((SECONDS - t0)) s"
   done
   if ((${#failed[@]} > 0)); then
+    report_failures "${failed[@]}"
     say "FAILED stages: ${failed[*]}" >&2
     return 1
   fi

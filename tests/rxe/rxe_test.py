@@ -237,7 +237,7 @@ class BridgeCapture:
         self.pcap = os.path.join(work, "run.pcap")
         self.err = open(os.path.join(work, "tshark.err"), "w+")
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", state["ns"], "tshark", "-n", "-q", "-i", "rxebr0", "-f", "udp port 4791",
+            ["ip", "netns", "exec", state["ns"], "tshark", "-n", "-q", "-i", "rxebr0", "-B", "64", "-f", "udp port 4791",
              "-c", "60000", "-a", "duration:150", "-F", "pcap", "-w", self.pcap],
             stdout=subprocess.DEVNULL, stderr=self.err)
         for _ in range(100):
