@@ -163,6 +163,47 @@ TEST(RcLoss, DroppedResponsesInMultiSegmentRead) {
   EXPECT_EQ(p.a.qp->query().qp_state, QpState::rts);
 }
 
+// A READ of two request segments (MTU 4096: 256 response packets each): the
+// request for the second is lost, then a response of the first.  The
+// re-request must end where the first segment ends: the responder never got
+// the second, and drops a request that runs into PSNs it has not seen (it
+// did so before the segments were aligned: timeouts, then RETRY_EXC_ERR).
+TEST(RcLoss, ReRequestStopsAtTheSegmentTheResponderNeverGot) {
+  PairOptions o;
+  o.mtu = Mtu::m4096;
+  o.timeout = 16;  // 268 ms: recovery must not need it
+  o.buf_size = 4u << 20;
+  Fake f(o);
+  Pair& p = *f.p;
+  const uint32_t len = 2u << 20;
+  auto requests = std::make_shared<int>(0);
+  auto responses = std::make_shared<int>(0);
+  const Endpoint a = f.a_ep, b = f.b_ep;
+  f.drop_if([=](const WirePkt& w) {
+    if (w.src == a && w.opcode() == uint8_t(wire::Opcode::rc_read_request)) return ++*requests == 2;
+    if (w.src == b && (w.flags & op::kRead)) return ++*responses == 200;
+    return false;
+  });
+  f.net->set_recording(true);
+  fill_pattern(p.b.buf.data(), len, 11);
+  Sge sge = p.a.sge(0, len);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::rdma_read, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+  expect_one(*p.a.scq, 1, WcOpcode::rdma_read, len);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), len), -1);
+  std::vector<uint32_t> lens;
+  for (auto& w : decode_all(f.net->recorded()))
+    if (w.src == a && w.opcode() == uint8_t(wire::Opcode::rc_read_request)) lens.push_back(w.hdr.reth.length);
+  // The first segment, the second (lost), the first's tail from the lost
+  // response (the 200th: index 199), the second again.
+  const std::vector<uint32_t> want = {256 * 4096, 256 * 4096, 57 * 4096, 256 * 4096};
+  EXPECT_EQ(lens, want);
+  Counters ca = p.a.counters(), cb = p.b.counters();
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  EXPECT_EQ(ca.req_read_gaps, 1u);
+  EXPECT_EQ(cb.resp_len_errors, 0u);
+  EXPECT_EQ(ca.req_window_cuts, 1u);
+}
+
 TEST(RcLoss, DroppedAtomicAckIsAnsweredFromTheReplayCache) {
   PairOptions o;
   o.timeout = 10;

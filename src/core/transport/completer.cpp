@@ -20,6 +20,7 @@ using verbs::WcStatus;
 void advance_una(Nic& nic, verbs::Qp& qp, uint32_t una) noexcept {
   RequesterState& r = qp.req_;
   if (!psn_before(r.una_psn, una)) return;
+  window_on_ack(qp, uint32_t(psn_diff(una, r.una_psn)));
   r.una_psn = una;
   r.retry_left = qp.attr_.retry_cnt;
   if (qp.attr_.rnr_retry != 7) r.rnr_left = qp.attr_.rnr_retry;
@@ -53,6 +54,7 @@ bool ack_through(Nic& nic, verbs::Qp& qp, uint32_t last) noexcept {
       const uint32_t missing = psn_add(w.first_psn, w.read_done);
       if (psn_before(qp.req_.una_psn, missing)) advance_una(nic, qp, missing);
       ++nic.counters().req_read_gaps;
+      window_on_loss(nic, qp, false);
       go_back(nic, qp, missing);
       retire(nic, qp);
       return false;
@@ -72,6 +74,7 @@ void on_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t code) noexcept {
   switch (wire::NakCode(code)) {
     case wire::NakCode::psn_sequence_error:
       ++c.req_seq_naks_rcvd;
+      window_on_loss(nic, qp, false);
       go_back(nic, qp, psn);
       return;
     case wire::NakCode::invalid_request: st = WcStatus::rem_inv_req_err; break;
@@ -151,6 +154,7 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
     if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)))
       return;
     ++nic.counters().req_read_gaps;
+    window_on_loss(nic, qp, false);
     go_back(nic, qp, expected);
     return;
   }

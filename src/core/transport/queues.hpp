@@ -116,6 +116,11 @@ struct RequesterState {
   uint32_t gap_hi = 0;         // highest response PSN seen since (a lower one: a new pass)
   bool gap_requested = false;
   bool drained_notified = false;
+  // The send window (window.cpp): packets; 0 = the maximum (never cut).
+  uint32_t cwnd = 0;
+  uint32_t cwnd_acked = 0;     // packets acknowledged towards the next growth
+  uint32_t recover_psn = 0;    // losses before this PSN acknowledged belong to the last cut
+  bool recovering = false;
 };
 
 // A READ or atomic the responder accepted: kept to send its response and,

@@ -129,8 +129,9 @@ bool emit_data(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
   return !last;
 }
 
-// READ requests go out in segments of at most a window of response packets;
-// the next segment is asked for once half of the previous one has arrived.
+// READ requests go out in segments of max_window_pkts() response packets,
+// aligned at multiples of it from the READ's first packet; the next segment
+// is asked for once the responses outstanding fall to half the send window.
 bool read_segment_due(const verbs::Qp& qp, const SendWqe& w) noexcept {
   return w.read_req - w.read_done <= window_pkts(qp) / 2;
 }
@@ -139,13 +140,15 @@ bool read_segment_due(const verbs::Qp& qp, const SendWqe& w) noexcept {
 // segments to request (it then holds the send queue: PSNs are in order).
 bool emit_read(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
   RequesterState& r = qp.req_;
-  const uint32_t seg = window_pkts(qp);
-  uint32_t n = std::min(seg, w.npkts - w.read_req);
+  // A re-request (after a gap or a timeout) asks from the first missing
+  // response to the end of its aligned segment, never across: it then lies
+  // within one earlier request, which the responder either executed (it
+  // answers the duplicate) or never got (the re-request then starts at its
+  // expected PSN).  One that ran into a later segment the responder never
+  // got would ask for PSNs it does not know yet: it drops such requests.
+  const uint32_t seg = max_window_pkts(qp);
+  const uint32_t n = std::min(w.npkts, (w.read_req / seg + 1) * seg) - w.read_req;
   const uint32_t psn = psn_add(w.first_psn, w.read_req);
-  // A re-request (after a gap or a timeout) must stay within the PSNs asked
-  // for before: the responder treats it as a duplicate and does not move its
-  // expected PSN, so asking beyond would put the two sides out of step.
-  if (psn_before(psn, r.sent_hwm)) n = std::min<uint32_t>(n, uint32_t(psn_diff(r.sent_hwm, psn)));
   const uint64_t off = uint64_t(w.read_req) * qp.mtu_;
   wire::Headers h = base_headers(qp, uint8_t(Opcode::rc_read_request), psn);
   h.bth.ack_req = true;

@@ -149,6 +149,7 @@ void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept {
   }
   UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(),
             r.una_psn, r.retry_left);
+  window_on_loss(nic, qp, true);
   go_back(nic, qp, r.una_psn);
   r.deadline = now + retransmit_interval(qp.attr_.timeout);
   nic.arm_timer(qp, r.deadline);
