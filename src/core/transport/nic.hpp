@@ -217,6 +217,7 @@ class Nic {
   int epfd_ = -1;
   int kick_fd_ = -1;
   std::atomic<uint64_t> app_activity_{0};  // bumped by every application-driven poll
+  std::atomic<int64_t> app_last_poll_ns_{0};  // Clock time of the last one
   std::atomic<int> app_waiting_{0};        // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};

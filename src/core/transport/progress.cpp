@@ -18,12 +18,22 @@ namespace {
 // How long the progress thread leaves the socket to an application thread
 // that drove progress since its last look.  Passive-side requests wait at
 // most about twice this when the application stops polling.  (A shorter
-// look does not pay: the test "has it polled in the last few us" cannot be
-// made here, where a wake-up alone takes about 20 us, and every look costs
-// the polling thread its CPU on a small machine.  So a program that polls
-// its CQ in bursts and spins on memory in between, as perftest's
-// ib_write_lat does, sees about a tick per round trip.)
-constexpr int kAppTickMs = 1;
+// look does not pay for a thread that keeps polling: the test "has it polled
+// in the last few us" cannot be made here, where a wake-up alone takes about
+// 20 us, and every look costs the polling thread its CPU on a small machine.)
+constexpr int64_t kAppTickNs = 1'000'000;
+// An application that polled since the last look but not in the last
+// kPollerIdleNs polls its CQ in bursts and spins on memory in between
+// (perftest's ib_write_lat does: only a progress thread can land the peer's
+// WRITE it spins on).  The thread then takes the socket at the look, and if
+// packets were waiting there halves its tick, down to kMinTickNs; every
+// kBusyLooks looks in a row that find the application polling double it,
+// back to kAppTickNs (such a program is found polling at some looks: it
+// polls for its send completions between spins).  A polling thread preempted longer than kPollerIdleNs loses a
+// batch of packets to the progress thread once: harmless.
+constexpr int64_t kPollerIdleNs = 50'000;
+constexpr int64_t kMinTickNs = 50'000;
+constexpr int kBusyLooks = 8;
 // Packets the progress thread handles before it looks at timers again.
 constexpr int kThreadRxRounds = 64;
 
@@ -38,9 +48,12 @@ void Nic::drive() noexcept {
     // The ACKs left behind go with our next send or our next idle poll; if
     // neither comes, the progress thread's next tick sends them.  Make sure
     // it is ticking rather than asleep for good.
-    const int64_t tick = (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count();
+    const int64_t tick = (now_ + std::chrono::nanoseconds(kAppTickNs)).time_since_epoch().count();
     if (thread_sleep_until_.load(std::memory_order_acquire) > tick) kick();
   }
+  // When it ended (the progress thread looks under the same lock, so a long
+  // drive never looks like an idle application).
+  app_last_poll_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 bool Nic::wait_on(int fd, int timeout_ms) noexcept {
@@ -92,6 +105,8 @@ void Nic::start_progress_thread() {
 
 void Nic::progress_thread_main() noexcept {
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
+  int64_t tick_ns = kAppTickNs;
+  int busy_looks = 0;
   bool armed = false;
   bool rx_event = false;  // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
@@ -104,24 +119,36 @@ void Nic::progress_thread_main() noexcept {
       const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
       const bool polled = cur != seen;
       seen = cur;
-      app_active = polled || app_waiting_.load(std::memory_order_acquire) > 0;
+      const bool waiting = app_waiting_.load(std::memory_order_acquire) > 0;
+      app_active = polled || waiting;
+      const bool slow_poller = polled && !waiting &&
+          now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed) > kPollerIdleNs;
       // A packet that woke us is served even if the application polled a
       // while ago (it would otherwise wait a tick); one sleeping in the
       // socket itself takes it instead.
-      if (!app_active || (rx_event && app_waiting_.load(std::memory_order_acquire) == 0)) {
-        for (int i = 0; i < kThreadRxRounds && poll_rx() > 0; ++i) {
+      if (!app_active || (rx_event && !waiting) || slow_poller) {
+        size_t got = 0;
+        for (int i = 0; i < kThreadRxRounds; ++i) {
+          const size_t n = poll_rx();
+          if (n == 0) break;
+          got += n;
         }
         refresh_now();
         run_timers();
+        if (slow_poller && got > 0) tick_ns = std::max(kMinTickNs, tick_ns / 2);
+      }
+      if (slow_poller) {
+        busy_looks = 0;
+      } else if (polled && ++busy_looks >= kBusyLooks) {
+        busy_looks = 0;
+        tick_ns = std::min(kAppTickNs, tick_ns * 2);
       }
       // ACKs an application thread left behind wait at most one tick.
       if (!lazy_.empty()) flush_acks();
       // Tick only while an application thread polls (to take the socket
       // over when it stops).  One asleep in the socket serves it itself and
       // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
-      sleep_until = polled
-          ? (now_ + std::chrono::milliseconds(kAppTickMs)).time_since_epoch().count()
-          : INT64_MAX;
+      sleep_until = polled ? (now_ + std::chrono::nanoseconds(tick_ns)).time_since_epoch().count() : INT64_MAX;
       if (!timers_.empty())
         sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
