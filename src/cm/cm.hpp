@@ -70,6 +70,7 @@
 #include "cm/mad.hpp"
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
+#include "uroce/types.hpp"
 
 namespace uroce::cm {
 
@@ -96,34 +97,15 @@ enum class EventType : uint8_t {
 };
 const char* to_string(EventType t) noexcept;
 
-// The values of enum ibv_qp_type for the types the CM connects.
-enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4 };
+// The verbs values the CM uses: the public API's (equal to rdma-core's
+// enum ibv_qp_type, ibv_qp_state, ibv_qp_attr_mask and access flags).
+using QpType = verbs::QpType;
+using QpState = verbs::QpState;
+namespace qp_mask = verbs::qp_attr_mask;
 
-// The values of enum ibv_qp_state.
-enum class QpState : uint8_t { reset = 0, init, rtr, rts, sqd, sqe, err };
-
-// The bits of enum ibv_qp_attr_mask the CM sets.
-namespace qp_mask {
-inline constexpr uint32_t kState = 1u << 0;
-inline constexpr uint32_t kAccessFlags = 1u << 3;
-inline constexpr uint32_t kPkeyIndex = 1u << 4;
-inline constexpr uint32_t kPort = 1u << 5;
-inline constexpr uint32_t kQkey = 1u << 6;
-inline constexpr uint32_t kAv = 1u << 7;
-inline constexpr uint32_t kPathMtu = 1u << 8;
-inline constexpr uint32_t kTimeout = 1u << 9;
-inline constexpr uint32_t kRetryCnt = 1u << 10;
-inline constexpr uint32_t kRnrRetry = 1u << 11;
-inline constexpr uint32_t kRqPsn = 1u << 12;
-inline constexpr uint32_t kMaxQpRdAtomic = 1u << 13;
-inline constexpr uint32_t kMinRnrTimer = 1u << 15;
-inline constexpr uint32_t kSqPsn = 1u << 16;
-inline constexpr uint32_t kMaxDestRdAtomic = 1u << 17;
-inline constexpr uint32_t kDestQpn = 1u << 20;
-}  // namespace qp_mask
-
-// Access flags of connected QPs (IBV_ACCESS_REMOTE_WRITE | READ | ATOMIC).
-inline constexpr uint32_t kRemoteAccess = 2u | 4u | 8u;
+// Access flags of connected QPs.
+inline constexpr uint32_t kRemoteAccess =
+    verbs::access::kRemoteWrite | verbs::access::kRemoteRead | verbs::access::kRemoteAtomic;
 
 // What rdma_init_qp_attr reports for one transition, in the units of
 // struct ibv_qp_attr (path_mtu: IB enum 1..5).
