@@ -1,0 +1,155 @@
+// compat.Verbs: completion channels, CQ events and async events.
+#include "verbs_fixture.hpp"
+
+namespace compat_test {
+
+// ------------------------------------------------------------------ events
+
+TEST_F(Verbs, CompletionChannelEvents) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* c = cq(64, ch);
+  ibv_qp* a = qp(IBV_QPT_RC, c, c);
+  connect(a, a->qp_num);
+  ASSERT_EQ(ibv_req_notify_cq(c, 0), 0);
+  ibv_sge s = sge(0, 8);
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = addr(4096);
+  wr.wr.rdma.rkey = mr_->rkey;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, c);
+  EXPECT_EQ(ev_ctx, this);
+  EXPECT_EQ(poll(c, 1).size(), 1u);
+  ibv_ack_cq_events(c, 1);
+  // The fd is a real one: non-blocking, with nothing queued, says EAGAIN.
+  pollfd pfd{ch->fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), EBUSY);  // the CQ uses it
+  ASSERT_EQ(ibv_destroy_qp(a), 0);
+  qps_.clear();
+  ASSERT_EQ(ibv_destroy_cq(c), 0);
+  cqs_.clear();
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+void on_alarm(int) {}
+
+// A blocking ibv_get_cq_event behaves like rdma-core's read() of the fd: a
+// signal handler without SA_RESTART interrupts it (EINTR: qperf ends its
+// tests so), one with SA_RESTART does not.
+TEST_F(Verbs, GetCqEventAndSignals) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* c = cq(64, ch);
+  ibv_qp* a = qp(IBV_QPT_RC, c, c);
+  connect(a, a->qp_num);
+  ASSERT_EQ(ibv_req_notify_cq(c, 0), 0);
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = on_alarm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  ASSERT_EQ(sigaction(SIGALRM, &sa, &old), 0);
+  itimerval t{};
+  t.it_value.tv_usec = 100000;
+  ASSERT_EQ(setitimer(ITIMER_REAL, &t, nullptr), 0);
+  ibv_cq* ev_cq;
+  void* ev_ctx;
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), -1);
+  EXPECT_EQ(errno, EINTR);
+
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGALRM, &sa, nullptr), 0);
+  ASSERT_EQ(setitimer(ITIMER_REAL, &t, nullptr), 0);
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ibv_sge s = sge(0, 8);
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = addr(4096);
+    wr.wr.rdma.rkey = mr_->rkey;
+    ibv_send_wr* bad;
+    EXPECT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  });
+  EXPECT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);  // not interrupted at 100 ms
+  poster.join();
+  EXPECT_EQ(ev_cq, c);
+  ibv_ack_cq_events(c, 1);
+  EXPECT_EQ(poll(c, 1).size(), 1u);
+  sigaction(SIGALRM, &old, nullptr);
+  ASSERT_EQ(ibv_destroy_qp(a), 0);
+  qps_.clear();
+  ASSERT_EQ(ibv_destroy_cq(c), 0);
+  cqs_.clear();
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(Verbs, SrqLimitAsyncEvent) {
+  ibv_srq_init_attr si{};
+  si.srq_context = this;
+  si.attr = {16, 1, 0};
+  ibv_srq* srq = ibv_create_srq(pd_, &si);
+  ASSERT_NE(srq, nullptr);
+  EXPECT_GE(si.attr.max_wr, 16u);
+  for (int i = 0; i < 10; ++i) {
+    ibv_sge s = sge(4096 * (i + 1), 4096);
+    ibv_recv_wr r{};
+    r.wr_id = uint64_t(i);
+    r.sg_list = &s;
+    r.num_sge = 1;
+    ibv_recv_wr* bad;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &r, &bad), 0);
+  }
+  ibv_srq_attr lim{0, 0, 8};
+  ASSERT_EQ(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
+  ibv_cq* c = cq();
+  ibv_qp* a = qp(IBV_QPT_RC, c, c);
+  ibv_qp* b = qp(IBV_QPT_RC, c, c, srq);
+  connect(a, b->qp_num);
+  connect(b, a->qp_num);
+  for (int i = 0; i < 3; ++i) {
+    ibv_sge s = sge(0, 16);
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad;
+    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  }
+  EXPECT_EQ(poll(c, 6).size(), 6u);
+  pollfd pfd{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1);
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.element.srq, srq);
+  EXPECT_EQ(ev.element.srq->srq_context, this);
+  ibv_ack_async_event(&ev);
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.srq_limit, 0u);              // the event disarms the limit
+  EXPECT_EQ(ibv_destroy_srq(srq), EBUSY);  // b uses it
+  for (auto it = qps_.rbegin(); it != qps_.rend(); ++it) ASSERT_EQ(ibv_destroy_qp(*it), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+}  // namespace compat_test
