@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/pipe_io.hpp"
 #include "uroce/uroce.hpp"
 
 namespace uroce {
@@ -31,19 +32,8 @@ struct Info {
   uint64_t addr;
 };
 
-bool read_full(int fd, void* p, size_t n, int ms = 10000) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, ms) != 1) return false;
-    const ssize_t r = ::read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= size_t(r);
-  }
-  return true;
-}
-bool write_full(int fd, const void* p, size_t n) { return ::write(fd, p, n) == ssize_t(n); }
+using test::read_full;
+using test::write_full;
 
 // One end: device on 127.0.0.1 (ephemeral port), PD, CQ, buffer, RC QP.
 struct End {

@@ -1,6 +1,7 @@
 // Two processes of a test: this one and a forked child, each with its own
 // device and one RC QP (End), talking over pipes (QPN, rkey and address
-// out, one-character commands back and forth) while RDMA runs between them.
+// out, one-character commands back and forth: support/pipe_io.hpp) while RDMA
+// runs between them.
 #pragma once
 
 #include <poll.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "loopback.hpp"
+#include "support/pipe_io.hpp"
 
 namespace uroce::test::two_proc {
 
@@ -21,25 +23,6 @@ struct Info {
   uint64_t addr;
   uint16_t port;
 };
-
-inline bool read_full(int fd, void* p, size_t n, int ms = kWaitMs) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, ms) != 1) return false;
-    const ssize_t r = ::read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= size_t(r);
-  }
-  return true;
-}
-inline bool write_full(int fd, const void* p, size_t n) { return ::write(fd, p, n) == ssize_t(n); }
-inline bool send_cmd(int fd, char c) { return write_full(fd, &c, 1); }
-inline bool expect_cmd(int fd, char c) {
-  char got = 0;
-  return read_full(fd, &got, 1) && got == c;
-}
 
 // One process's end: device, PD, CQ, RC QP, a registered buffer (1 MiB by
 // default) and the path MTU its QP uses.
