@@ -18,18 +18,22 @@ inline bool is_atomic(verbs::WrOpcode op) noexcept {
 inline bool is_rd_atomic(verbs::WrOpcode op) noexcept { return is_read(op) || is_atomic(op); }
 
 // The send window (window.cpp): packets an RC QP may have unacknowledged.
-// At most 1 MiB of payload (at least kMinWindowPkts packets): a smaller
-// window left the sender waiting for ACKs from a receiver that was busy
-// copying (WRITE 1 MiB on loopback: 4.1 GB/s with 256 KiB, 4.7 with 1 MiB,
-// no better beyond).  A loss halves it, once per window; a retransmission
-// timeout takes it to the minimum; each acknowledged window grows it by
-// kWindowGrowPkts again.  Go-back-N resends everything after a lost packet,
-// so the window is also the price of one loss.
+// At most 1 MiB of payload and kMaxWindowPkts packets (at least
+// kMinWindowPkts).  A smaller window left the sender waiting for ACKs from a
+// receiver busy copying (WRITE 1 MiB on loopback, MTU 4096: 4.1 GB/s with
+// 256 KiB, 4.7 with 1 MiB, no better beyond); more packets than 256 in
+// flight overflowed a slow software peer's queues (rdma_rxe in a VM behind a
+// tap device: sequence NAKs at MTU 1024 with 1024 packets in flight).  A
+// loss halves the window, once per window; a retransmission timeout takes it
+// to the minimum; each acknowledged window grows it by kWindowGrowPkts
+// again.  Go-back-N resends everything after a lost packet, so the window is
+// also the price of one loss.
 inline constexpr uint32_t kMinWindowPkts = 16;
+inline constexpr uint32_t kMaxWindowPkts = 256;
 inline constexpr uint32_t kWindowGrowPkts = 8;
 inline uint32_t max_window_pkts(const verbs::Qp& qp) noexcept {
   const uint32_t w = (1024u * 1024) / qp.mtu_;
-  return w < kMinWindowPkts ? kMinWindowPkts : w;
+  return w < kMinWindowPkts ? kMinWindowPkts : w > kMaxWindowPkts ? kMaxWindowPkts : w;
 }
 inline uint32_t window_pkts(const verbs::Qp& qp) noexcept {
   const uint32_t m = max_window_pkts(qp);
