@@ -26,11 +26,14 @@ constexpr int64_t kAppTickNs = 1'000'000;
 // kPollerIdleNs polls its CQ in bursts and spins on memory in between
 // (perftest's ib_write_lat does: only a progress thread can land the peer's
 // WRITE it spins on).  The thread then takes the socket at the look, and if
-// packets were waiting there halves its tick, down to kMinTickNs; every
-// kBusyLooks looks in a row that find the application polling double it,
-// back to kAppTickNs (such a program is found polling at some looks: it
-// polls for its send completions between spins).  A polling thread preempted longer than kPollerIdleNs loses a
-// batch of packets to the progress thread once: harmless.
+// packets were waiting there halves its tick, down to kMinTickNs.  Every
+// kBusyLooks looks in a row that found nothing to do -- the application
+// polling, or no packet waiting -- double it, back to kAppTickNs (such a
+// program is found polling at some looks: it polls for its send completions
+// between spins; one that polls now and then with no traffic costs no
+// 50 us ticks for long).  A polling thread preempted longer than
+// kPollerIdleNs loses a batch of packets to the progress thread once:
+// harmless.
 constexpr int64_t kPollerIdleNs = 50'000;
 constexpr int64_t kMinTickNs = 50'000;
 constexpr int kBusyLooks = 8;
@@ -106,7 +109,7 @@ void Nic::start_progress_thread() {
 void Nic::progress_thread_main() noexcept {
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   int64_t tick_ns = kAppTickNs;
-  int busy_looks = 0;
+  int idle_looks = 0;
   bool armed = false;
   bool rx_event = false;  // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
@@ -135,12 +138,13 @@ void Nic::progress_thread_main() noexcept {
         }
         refresh_now();
         run_timers();
-        if (slow_poller && got > 0) tick_ns = std::max(kMinTickNs, tick_ns / 2);
+        if (slow_poller && got > 0) {
+          tick_ns = std::max(kMinTickNs, tick_ns / 2);
+          idle_looks = -1;  // this look had work
+        }
       }
-      if (slow_poller) {
-        busy_looks = 0;
-      } else if (polled && ++busy_looks >= kBusyLooks) {
-        busy_looks = 0;
+      if (polled && ++idle_looks >= kBusyLooks) {
+        idle_looks = 0;
         tick_ns = std::min(kAppTickNs, tick_ns * 2);
       }
       // ACKs an application thread left behind wait at most one tick.
