@@ -150,6 +150,14 @@ Outcome run(End& e, const Info& peer, pid_t child, uint32_t depth, int kill_afte
       ++o.posted;
       ++outstanding;
     }
+    // Killed right after the queue was refilled: `depth` WRs are outstanding
+    // then.  (Killed after a poll, it could find none: one poll may complete
+    // every outstanding WR.)
+    if (!killed && ok_before_kill >= kill_after) {
+      ::kill(child, SIGKILL);
+      t_kill = Clock::now();
+      killed = true;
+    }
     Wc wc[16];
     auto r = e.cq->poll(wc);
     if (!r.ok()) break;
@@ -159,11 +167,6 @@ Outcome run(End& e, const Info& peer, pid_t child, uint32_t depth, int kill_afte
       if (killed && wc[i].status == WcStatus::retry_exc_err && o.ms_to_error < 0)
         o.ms_to_error = std::chrono::duration<double, std::milli>(Clock::now() - t_kill).count();
       if (!killed && wc[i].status == WcStatus::success) ++ok_before_kill;
-    }
-    if (!killed && ok_before_kill >= kill_after) {
-      ::kill(child, SIGKILL);
-      t_kill = Clock::now();
-      killed = true;
     }
     if (killed && outstanding == 0) {
       o.ms_to_all = std::chrono::duration<double, std::milli>(Clock::now() - t_kill).count();
