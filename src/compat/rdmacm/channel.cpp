@@ -89,7 +89,7 @@ void retire_channel(Channel* ch) noexcept {
 
 // Takes the next event of `ch`, blocking unless its fd is non-blocking.
 static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
-  while (true) {
+  for (bool entering = true;; entering = false) {
     int fd;  // read under the lock: another thread may destroy the channel meanwhile
     {
       std::lock_guard g(ch.mu);
@@ -104,8 +104,16 @@ static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
         *event = &box->ev;
         return 0;
       }
-      if (ch.ch.fd < 0) return fail("rdma_get_cm_event", EBADF, "the channel was destroyed");
+      if (ch.ch.fd < 0 && entering) return fail("rdma_get_cm_event", EBADF, "the channel was destroyed");
       fd = ch.ch.fd;
+    }
+    if (fd < 0) {
+      // Destroyed while we waited (rping's CM thread, as main tears down;
+      // the event that woke us went with its id).  A read() blocked in the
+      // kernel's rdma_cm stays blocked then: the file lives until it
+      // returns, and no event comes.  So does this call, until the process
+      // ends; an error here made rping exit 255 after a clean run.
+      for (;;) ::pause();
     }
     const int fl = ::fcntl(fd, F_GETFL);
     if (fl >= 0 && (fl & O_NONBLOCK)) {
