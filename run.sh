@@ -101,11 +101,11 @@ build() {
 # tables for the reports, NDEBUG as in the plain build.
 SANITIZER_FLAGS=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 
-# run_ctest STAGE DIR [ctest options]: ctest in DIR, its output also kept in
+# run_ctest DIR [ctest options]: ctest in DIR, its output also kept in
 # DIR/ctest.log for the summary at the end.
 run_ctest() {
-  local st=$1 dir=$2
-  shift 2
+  local dir=$1
+  shift
   ctest --test-dir "$dir" "$@" 2>&1 | tee "$dir/ctest.log"
 }
 
@@ -137,7 +137,7 @@ run_tests() {
       plain)
         CMAKE_ARGS=()
         if build_in "$BUILD_DIR"; then
-          run_ctest plain "$BUILD_DIR" "${ctest_opts[@]}" "$@" || failed+=("$st")
+          run_ctest "$BUILD_DIR" "${ctest_opts[@]}" "$@" || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -146,7 +146,7 @@ run_tests() {
         CMAKE_ARGS=(-DUROCE_SANITIZE=address,undefined "${SANITIZER_FLAGS[@]}")
         if build_in build-asan; then
           ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-            run_ctest asan build-asan "${ctest_opts[@]}" "$@" || failed+=("$st")
+            run_ctest build-asan "${ctest_opts[@]}" "$@" || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -156,7 +156,7 @@ run_tests() {
         if build_in build-tsan; then
           # TSan is 5-15x slower: the soak moves less (same checks).
           TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
-            UROCE_SOAK_MIB=2 run_ctest tsan build-tsan "${ctest_opts[@]}" "$@" || failed+=("$st")
+            UROCE_SOAK_MIB=2 run_ctest build-tsan "${ctest_opts[@]}" "$@" || failed+=("$st")
         else
           failed+=("$st")
         fi
@@ -169,7 +169,7 @@ run_tests() {
         CMAKE_ARGS=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DUROCE_FUZZ=ON
                     "-DUROCE_FUZZ_SECONDS=${UROCE_FUZZ_SECONDS:-60}")
         if build_in build-fuzz rx_fuzz; then
-          run_ctest fuzz build-fuzz "${ctest_opts[@]}" -R '^fuzz\.rx_fuzz$' || failed+=("$st")
+          run_ctest build-fuzz "${ctest_opts[@]}" -R '^fuzz\.rx_fuzz$' || failed+=("$st")
         else
           failed+=("$st")
         fi

@@ -14,7 +14,6 @@
 namespace uroce::cm {
 namespace {
 
-constexpr uint16_t kRoceV2Port = 4791;
 constexpr uint16_t kEphemeralLow = 32768;
 constexpr uint16_t kEphemeralHigh = 60999;
 

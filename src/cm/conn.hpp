@@ -4,7 +4,11 @@
 // timewait); then id is null.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cm/cm.hpp"
@@ -82,5 +86,18 @@ struct Conn {
   // passes (then it goes to 4791).  Unset once sent.
   Clock::time_point seek_until{};
 };
+
+// Shared by cm_conn.cpp and cm_connect.cpp.
+inline constexpr auto kSeekInterval = std::chrono::milliseconds(5);
+
+inline uint32_t qkey_for(uint16_t ps) noexcept {
+  (void)ps;  // RDMA_PS_UDP, RDMA_PS_IB and RDMA_PS_IPOIB (no multicast here) all use it
+  return kRdmaUdpQkey;
+}
+
+template <size_t N>
+void copy_private(std::array<uint8_t, N>& to, size_t offset, std::span<const uint8_t> from) {
+  std::copy(from.begin(), from.end(), to.begin() + std::ptrdiff_t(offset));
+}
 
 }  // namespace uroce::cm

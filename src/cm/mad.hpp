@@ -367,6 +367,8 @@ inline constexpr uint16_t kPsUdp = 0x0111;
 inline constexpr uint16_t kPsIb = 0x013f;
 // Q_Key of RDMA_PS_UDP (and RDMA_PS_IB UD) QPs.
 inline constexpr uint32_t kRdmaUdpQkey = 0x01234567;
+// The RoCEv2 UDP port, where a peer the registry does not know listens.
+inline constexpr uint16_t kRoceV2Port = 4791;
 
 // The service ID of an IP-addressed rdma_cm port: 0x0000000001 | PS (8
 // bits of 0x0106 etc. after the leading 0x01) | port, i.e. ps << 16 | port.

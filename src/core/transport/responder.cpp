@@ -11,6 +11,7 @@
 #include "common/log.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
+#include "transport/responder.hpp"
 #include "transport/psn.hpp"
 #include "transport/sge.hpp"
 #include "verbs/context.hpp"
@@ -82,9 +83,13 @@ void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_
   nic.schedule(qp);  // NAKs are never delayed
 }
 
-void nak(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code) noexcept {
+}  // namespace
+
+void responder_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code) noexcept {
   queue_nak(nic, qp, psn, wire::AckType::nak, uint8_t(code));
 }
+
+namespace {
 
 // Takes the next receive WQE (SRQ or RQ) into the responder state.
 bool take_recv(verbs::Qp& qp) noexcept {
@@ -152,13 +157,15 @@ void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus 
     complete_recv(qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
     qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   }
-  nak(nic, qp, psn, code);
+  responder_nak(nic, qp, psn, code);
 }
+
+}  // namespace
 
 // Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR
 // access, bounds.  Every refusal is counted by its cause.
-uint8_t* remote_ptr(Nic& nic, const verbs::Qp& qp, uint32_t rkey, uint64_t va, uint32_t len,
-                    uint32_t need) noexcept {
+uint8_t* responder_remote_ptr(Nic& nic, const verbs::Qp& qp, uint32_t rkey, uint64_t va, uint32_t len,
+                              uint32_t need) noexcept {
   Counters& c = nic.counters();
   if ((qp.attr_.qp_access_flags & need) != need) {
     ++c.resp_rights_errors;
@@ -181,6 +188,9 @@ uint8_t* remote_ptr(Nic& nic, const verbs::Qp& qp, uint32_t rkey, uint64_t va, u
   if (!p) ++c.resp_bounds_errors;
   return p;
 }
+
+
+namespace {
 
 RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
   const size_t n = std::max<size_t>(kMinResources, max_dest);
@@ -245,7 +255,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const bool rc = qp.type() == verbs::QpType::rc;
   if (flags & op::kFirst) {
     const wire::Reth& reth = pkt.hdr.reth;
-    if (reth.length && !remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
+    if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
       fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
       return;
     }
@@ -278,7 +288,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     return;
   }
   if (len) {
-    uint8_t* dst = remote_ptr(nic, qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
+    uint8_t* dst = responder_remote_ptr(nic, qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
     if (!dst) {  // the MR went away in the middle of the message
       fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
       return;
@@ -312,15 +322,15 @@ void on_read(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   if (reth.length > kMaxMessage) {  // more PSNs than half the sequence space
     ++nic.counters().resp_len_errors;
-    nak(nic, qp, psn, NakCode::invalid_request);
+    responder_nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  if (reth.length && !remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
-    nak(nic, qp, psn, NakCode::remote_access_error);
+  if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+    responder_nak(nic, qp, psn, NakCode::remote_access_error);
     return;
   }
   if (resources_full(nic, qp)) {
-    nak(nic, qp, psn, NakCode::invalid_request);
+    responder_nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
   RdAtomicResource& r = new_resource(s, qp.attr_.max_dest_rd_atomic);
@@ -346,21 +356,21 @@ void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   if (a.va % 8 != 0) {
     ++nic.counters().resp_misaligned_atomics;
-    nak(nic, qp, psn, NakCode::invalid_request);
+    responder_nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  uint8_t* p = remote_ptr(nic, qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
+  uint8_t* p = responder_remote_ptr(nic, qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
   if (p && reinterpret_cast<uintptr_t>(p) % 8 != 0) {  // iova and address disagree mod 8
     ++nic.counters().resp_misaligned_atomics;
-    nak(nic, qp, psn, NakCode::invalid_request);
+    responder_nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
   if (!p) {
-    nak(nic, qp, psn, NakCode::remote_access_error);
+    responder_nak(nic, qp, psn, NakCode::remote_access_error);
     return;
   }
   if (resources_full(nic, qp)) {
-    nak(nic, qp, psn, NakCode::invalid_request);
+    responder_nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
   auto* word = reinterpret_cast<uint64_t*>(p);
@@ -408,8 +418,8 @@ void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
         ++nic.counters().resp_len_errors;
         return;
       }
-      if (reth.length && !remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
-        nak(nic, qp, psn, NakCode::remote_access_error);
+      if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+        responder_nak(nic, qp, psn, NakCode::remote_access_error);
         return;
       }
       ++nic.counters().resp_dup_reads;
@@ -449,7 +459,7 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
     if (d > 0) {  // a gap: ask for the missing PSN (go-back-N)
       ++nic.counters().resp_future_psn;
       if (!s.nak_seq_sent) {
-        nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
+        responder_nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
         s.nak_hi = psn;
       } else if (pkt.hdr.bth.ack_req && psn_before(psn, s.nak_hi)) {
         // Below the highest PSN seen since our NAK, and asking for an ACK:
@@ -460,7 +470,7 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
         // and its retry count).  Packets merely reordered rarely ask for an
         // ACK, so they rarely draw a NAK of their own.
         ++nic.counters().resp_seq_naks_repeated;
-        nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
+        responder_nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
         s.nak_hi = psn;
       } else if (psn_before(s.nak_hi, psn)) {
         s.nak_hi = psn;
@@ -503,100 +513,6 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
   else if (flags & op::kWrite) on_write(nic, qp, pkt);
   else if (flags & op::kRead) on_read(nic, qp, pkt);
   else if (flags & op::kAtomic) on_atomic(nic, qp, pkt);
-}
-
-// ---------------------------------------------------------------- responses
-
-namespace {
-
-void emit_ack(Nic& nic, verbs::Qp& qp) noexcept {
-  ResponderState& s = qp.resp_;
-  wire::Headers h;
-  h.bth.opcode = uint8_t(wire::Opcode::rc_ack);
-  h.bth.dest_qp = qp.attr_.dest_qp_num;
-  h.bth.psn = s.ack_psn;
-  h.aeth.syndrome = s.ack_syndrome;
-  h.aeth.msn = s.msn;
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
-  s.ack_pending = false;
-  s.acks_owed = 0;
-  if (wire::aeth_type(s.ack_syndrome) == wire::AckType::ack) ++nic.counters().resp_acks_sent;
-}
-
-// One packet of a READ response or an atomic ACK.  False if the resource is
-// finished.
-bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
-  ResponderState& s = qp.resp_;
-  wire::Headers h;
-  h.bth.dest_qp = qp.attr_.dest_qp_num;
-  h.aeth.syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
-  h.aeth.msn = s.msn;
-  if (!r.is_read) {
-    h.bth.opcode = uint8_t(wire::Opcode::rc_atomic_ack);
-    h.bth.psn = r.psn;
-    h.atomic_ack.orig = r.orig;
-    nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
-    return false;
-  }
-  const uint32_t len = std::min(qp.mtu_, r.resp_left);
-  const bool first = r.resp_psn == r.resp_first;
-  const bool last = r.resp_left <= qp.mtu_;
-  using wire::Opcode;
-  h.bth.opcode = uint8_t(first && last ? Opcode::rc_read_response_only
-                         : first      ? Opcode::rc_read_response_first
-                         : last       ? Opcode::rc_read_response_last
-                                      : Opcode::rc_read_response_middle);
-  h.bth.psn = r.resp_psn;
-  std::span<const uint8_t> body;
-  if (len) {
-    const uint8_t* src = remote_ptr(nic, qp, r.rkey, r.resp_va, len, verbs::access::kRemoteRead);
-    if (!src) {  // deregistered while being read
-      nak(nic, qp, r.resp_psn, NakCode::remote_access_error);
-      return false;
-    }
-    body = {src, len};
-  }
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, body, qp.attr_.ah_attr.traffic_class);
-  ++nic.counters().resp_read_packets;
-  r.resp_psn = psn_add(r.resp_psn, 1);
-  r.resp_va += len;
-  r.resp_left -= len;
-  return !last;
-}
-
-}  // namespace
-
-bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
-  ResponderState& s = qp.resp_;
-  if (qp.type() != verbs::QpType::rc) return false;
-  // Responses leave in PSN order: READ data and atomic ACKs first (oldest
-  // resource first), then the coalesced ACK/NAK.
-  while (s.res_pending > 0 && budget > 0) {
-    RdAtomicResource* next = nullptr;
-    for (RdAtomicResource& r : s.res)
-      if (r.pending && (!next || psn_before(r.resp_psn, next->resp_psn))) next = &r;
-    if (!next) {
-      s.res_pending = 0;
-      break;
-    }
-    if (nic.tx().full()) nic.flush_tx();
-    --budget;
-    if (!emit_response(nic, qp, *next)) {
-      next->pending = false;
-      --s.res_pending;
-    }
-  }
-  if (s.res_pending == 0 && s.ack_pending && budget > 0) {
-    if (nic.tx().full()) nic.flush_tx();
-    --budget;
-    emit_ack(nic, qp);
-  }
-  return s.res_pending > 0 || s.ack_pending;
-}
-
-void responder_flush_ack(Nic& nic, verbs::Qp& qp) noexcept {
-  size_t budget = 1;
-  if (qp.resp_.ack_pending && qp.resp_.res_pending == 0) responder_produce(nic, qp, budget);
 }
 
 }  // namespace uroce::transport

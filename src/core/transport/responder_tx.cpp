@@ -1,0 +1,106 @@
+// Responder, the sending side: READ response packets and atomic ACKs from
+// the responder's resources, oldest first, then the coalesced ACK/NAK
+// (IBA 9.7.5.1.x).  responder.cpp executes the requests that queue them.
+#include <algorithm>
+
+#include "transport/nic.hpp"
+#include "transport/protocol.hpp"
+#include "transport/psn.hpp"
+#include "transport/responder.hpp"
+#include "verbs/qp.hpp"
+
+namespace uroce::transport {
+
+namespace {
+
+void emit_ack(Nic& nic, verbs::Qp& qp) noexcept {
+  ResponderState& s = qp.resp_;
+  wire::Headers h;
+  h.bth.opcode = uint8_t(wire::Opcode::rc_ack);
+  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.bth.psn = s.ack_psn;
+  h.aeth.syndrome = s.ack_syndrome;
+  h.aeth.msn = s.msn;
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  s.ack_pending = false;
+  s.acks_owed = 0;
+  if (wire::aeth_type(s.ack_syndrome) == wire::AckType::ack) ++nic.counters().resp_acks_sent;
+}
+
+// One packet of a READ response or an atomic ACK.  False if the resource is
+// finished.
+bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
+  ResponderState& s = qp.resp_;
+  wire::Headers h;
+  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.aeth.syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
+  h.aeth.msn = s.msn;
+  if (!r.is_read) {
+    h.bth.opcode = uint8_t(wire::Opcode::rc_atomic_ack);
+    h.bth.psn = r.psn;
+    h.atomic_ack.orig = r.orig;
+    nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+    return false;
+  }
+  const uint32_t len = std::min(qp.mtu_, r.resp_left);
+  const bool first = r.resp_psn == r.resp_first;
+  const bool last = r.resp_left <= qp.mtu_;
+  using wire::Opcode;
+  h.bth.opcode = uint8_t(first && last ? Opcode::rc_read_response_only
+                         : first      ? Opcode::rc_read_response_first
+                         : last       ? Opcode::rc_read_response_last
+                                      : Opcode::rc_read_response_middle);
+  h.bth.psn = r.resp_psn;
+  std::span<const uint8_t> body;
+  if (len) {
+    const uint8_t* src = responder_remote_ptr(nic, qp, r.rkey, r.resp_va, len, verbs::access::kRemoteRead);
+    if (!src) {  // deregistered while being read
+      responder_nak(nic, qp, r.resp_psn, wire::NakCode::remote_access_error);
+      return false;
+    }
+    body = {src, len};
+  }
+  nic.tx().add(qp.peer_, qp.icrc_ip_, h, body, qp.attr_.ah_attr.traffic_class);
+  ++nic.counters().resp_read_packets;
+  r.resp_psn = psn_add(r.resp_psn, 1);
+  r.resp_va += len;
+  r.resp_left -= len;
+  return !last;
+}
+
+}  // namespace
+
+bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
+  ResponderState& s = qp.resp_;
+  if (qp.type() != verbs::QpType::rc) return false;
+  // Responses leave in PSN order: READ data and atomic ACKs first (oldest
+  // resource first), then the coalesced ACK/NAK.
+  while (s.res_pending > 0 && budget > 0) {
+    RdAtomicResource* next = nullptr;
+    for (RdAtomicResource& r : s.res)
+      if (r.pending && (!next || psn_before(r.resp_psn, next->resp_psn))) next = &r;
+    if (!next) {
+      s.res_pending = 0;
+      break;
+    }
+    if (nic.tx().full()) nic.flush_tx();
+    --budget;
+    if (!emit_response(nic, qp, *next)) {
+      next->pending = false;
+      --s.res_pending;
+    }
+  }
+  if (s.res_pending == 0 && s.ack_pending && budget > 0) {
+    if (nic.tx().full()) nic.flush_tx();
+    --budget;
+    emit_ack(nic, qp);
+  }
+  return s.res_pending > 0 || s.ack_pending;
+}
+
+void responder_flush_ack(Nic& nic, verbs::Qp& qp) noexcept {
+  size_t budget = 1;
+  if (qp.resp_.ack_pending && qp.resp_.res_pending == 0) responder_produce(nic, qp, budget);
+}
+
+}  // namespace uroce::transport
