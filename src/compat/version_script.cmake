@@ -4,6 +4,8 @@
 #
 # The list has one entry per line, '#' starts a comment:
 #   <symbol> <NODE>     exports <symbol> at version <NODE>
+#   <symbol> <NODE> <x> the same; the third field is for other generators
+#                       (the stand-ins' return kinds: stubs/stub_source.cmake)
 #   <NODE>              declares a node without symbols (an empty node that
 #                       binaries may still require, e.g. MLX5_1.0)
 # Nodes named <PREFIX>_<major>.<minor> are chained in version order within
@@ -28,7 +30,7 @@ foreach(line IN LISTS lines)
   if(n EQUAL 1)
     set(node "${fields}")
     set(sym "")
-  elseif(n EQUAL 2)
+  elseif(n EQUAL 2 OR n EQUAL 3)
     list(GET fields 0 sym)
     list(GET fields 1 node)
   else()
