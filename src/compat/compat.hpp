@@ -73,6 +73,7 @@ struct Context {
   Device* dev;
   verbs::Context* core;
   std::atomic<int> children;  // PDs, CQs and channels not yet destroyed
+  int cmd_fd = -1;            // ibv_context::cmd_fd (an eventfd: no kernel device)
 };
 
 struct Pd {

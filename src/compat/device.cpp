@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,9 +110,11 @@ void fill_device_attr(const Context& c, ibv_device_attr& a) {
   a.max_qp_rd_atom = int(d.max_qp_rd_atom);
   a.max_res_rd_atom = int(std::min<uint64_t>(uint64_t(d.max_qp_rd_atom) * d.max_qp, INT32_MAX));
   a.max_qp_init_rd_atom = int(d.max_qp_init_rd_atom);
-  // Atomics are CPU atomic instructions on the target memory: atomic with
-  // respect to the CPU as well, not only to other QPs.
-  a.atomic_cap = IBV_ATOMIC_GLOB;
+  // Atomics are CPU atomic instructions on the target memory, so they are
+  // atomic with respect to the CPU as well (IBV_ATOMIC_GLOB would be true);
+  // the device reports IBV_ATOMIC_HCA, as rxe and mlx5 do: UCX 1.13 and
+  // others enable device atomics for HCA only.
+  a.atomic_cap = IBV_ATOMIC_HCA;
   a.max_ah = int(d.max_ah);
   a.max_srq = int(d.max_srq);
   a.max_srq_wr = int(d.max_srq_wr);
@@ -258,9 +261,12 @@ UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
   Device* d = to_dev(device);
   auto core = verbs::Context::open(*d->cfg);
   if (!core.ok()) return fail_null<ibv_context>("ibv_open_device", core.status());
+  const int cmd_fd = ::eventfd(0, EFD_CLOEXEC);
+  if (cmd_fd < 0) return fail_null<ibv_context>("ibv_open_device", errno, "eventfd for cmd_fd failed");
   auto* c = new Context{};
   c->dev = d;
   c->core = core->release();
+  c->cmd_fd = cmd_fd;
   verbs_context& v = c->vctx;
   v.sz = sizeof(verbs_context);
   v.query_port = query_port_ex;
@@ -272,7 +278,9 @@ UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
   ibv_context& ic = v.context;
   ic.device = device;
   ic.ops = kOps;
-  ic.cmd_fd = -1;  // no kernel device behind it
+  // No kernel device is behind it, but programs (rdma-core's tests, fork
+  // helpers) expect a descriptor: an eventfd of its own, closed with it.
+  ic.cmd_fd = c->cmd_fd;
   ic.async_fd = c->core->async_fd();
   ic.num_comp_vectors = 1;
   pthread_mutex_init(&ic.mutex, nullptr);
@@ -291,6 +299,7 @@ UROCE_C_API int ibv_close_device(ibv_context* context) {
     return 0;
   }
   delete c->core;
+  ::close(c->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   delete c;
   return 0;

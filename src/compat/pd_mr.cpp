@@ -82,8 +82,9 @@ UROCE_C_API ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, size_
                            "dma-buf memory is device memory; uroce has none");
 }
 
-// A new registration replaces the old one (new keys); if it fails, the old
-// region is untouched and IBV_REREG_MR_ERR_INPUT is returned.
+// The region changes in place and keeps its lkey and rkey, as with kernel
+// providers; if it fails, the old region is untouched and
+// IBV_REREG_MR_ERR_INPUT is returned.
 UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   Mr* m = to_mr(mr);
   if (flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) {
@@ -101,19 +102,15 @@ UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size
     fail("ibv_rereg_mr", EINVAL, "the new PD must belong to the MR's context");
     return IBV_REREG_MR_ERR_INPUT;
   }
-  auto core =
-      verbs::Mr::reg(*to_pd(new_pd)->core, reinterpret_cast<uintptr_t>(new_addr), new_len, iova, new_access);
-  if (!core.ok()) {
-    fail("ibv_rereg_mr", core.status());
+  if (Status st =
+          m->core->rereg(*to_pd(new_pd)->core, reinterpret_cast<uintptr_t>(new_addr), new_len, iova, new_access);
+      !st.ok()) {
+    fail("ibv_rereg_mr", st);
     return IBV_REREG_MR_ERR_INPUT;
   }
-  delete m->core;
-  m->core = core->release();
   mr->pd = new_pd;
   mr->addr = new_addr;
   mr->length = new_len;
-  mr->handle = mr->lkey = m->core->lkey();
-  mr->rkey = m->core->rkey();
   return 0;
 }
 

@@ -349,6 +349,7 @@ TEST_F(Verbs, UdWithAnAddressHandleFromTheWorkCompletion) {
   EXPECT_EQ(r.wr_id, 50u);
   EXPECT_EQ(r.byte_len, 40u + 5);
   EXPECT_TRUE(r.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(r.sl & 7, 2) << "sl carries the GRH area's network header type as mlx5 reports it (2: IPv4)";
   EXPECT_EQ(r.src_qp, a->qp_num);
   EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[8192 + 40]), "ping");
   // Reply to the sender with an AH made from the completion and its GRH.

@@ -135,9 +135,6 @@ TEST(QpState, BadAttributeValuesAreRefused) {
   a = mc.attrs(S::init);
   a.port_num = 2;
   EXPECT_EQ(mc.qp().modify(a, init | m::kState).code(), EINVAL);
-  a = mc.attrs(S::init);
-  a.qp_access_flags = access::kZeroBased;
-  EXPECT_EQ(mc.qp().modify(a, init | m::kState).code(), EINVAL);
   ASSERT_TRUE(mc.go(S::init, init).ok());
   const uint32_t rtr = required(kPath[2], QpType::rc);
   auto bad_rtr = [&](auto change, const char* what) {

@@ -11,6 +11,11 @@
 
 namespace uroce::transport {
 
+namespace {
+constexpr uint8_t kRoceL3Ipv6 = 1;
+constexpr uint8_t kRoceL3Ipv4 = 2;
+}  // namespace
+
 void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
   const wire::Deth& deth = pkt.hdr.deth;
   if (deth.qkey != qp.attr_.qkey) {
@@ -39,6 +44,10 @@ void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxP
   wc.qp_num = qp.qpn();
   wc.src_qp = deth.src_qp;
   wc.wc_flags = verbs::wc_flags::kGrh;
+  // The network header type of the GRH area, in sl as mlx5 NICs report it
+  // for RoCE (UCX's ud_verbs reads it there to find the destination address):
+  // 1 IPv6, 2 IPv4.  RoCE has no IB service level to report.
+  wc.sl = raw.src.addr.is_v4() ? kRoceL3Ipv4 : kRoceL3Ipv6;
   const uint32_t total = uint32_t(wire::kGrhLen + pkt.payload.size());
   wc.byte_len = total;
   if (pkt.info->flags & wire::op::kImm) {

@@ -135,6 +135,9 @@ Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int asyn
   d.max_srq_wr = Srq::kMaxWr;
   d.max_srq_sge = Srq::kMaxSge;
   d.max_inline = Qp::kMaxInline;
+  // The software-device vendor ID rxe reports (no IEEE OUI of ours);
+  // programs and tests take vendor_id 0 for "no device".
+  d.vendor_id = 0xFFFFFF;
   d.node_guid = node_guid(cfg_);
   d.sys_image_guid = d.node_guid;
   port_attr_.active_mtu_bytes = cfg_.mtu;

@@ -68,6 +68,25 @@ Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint
   return mr;
 }
 
+Status Mr::rereg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
+  if (&pd.context() != &pd_->context()) return err::inval("the new PD is of another device");
+  if (Status s = MrTable::check_region(addr, length, iova, access); !s.ok()) return s;
+  {
+    // Under the NIC lock: no packet is using the region while it changes.
+    std::lock_guard g(pd_->context().nic().mu());
+    addr_ = addr;
+    length_ = length;
+    iova_ = iova;
+    access_ = access;
+    if (&pd != pd_) {
+      pd_->users()--;
+      pd.users()++;
+      pd_ = &pd;
+    }
+  }
+  return {};
+}
+
 Mr::~Mr() {
   {
     // Under the NIC lock: no packet is using the region once we return.
@@ -96,8 +115,7 @@ MrTable& MrTable::instance() {
 MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret)
     : slot_(slot), cipher_(secret) {}
 
-Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
-                                         uint32_t access) {
+Status MrTable::check_region(uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
   if (access & ~access::kKnown)
     return err::inval("access flags 0x" + std::to_string(access) + " hold unknown bits");
   // IB spec: remote write/atomic access requires local write.
@@ -107,7 +125,11 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
     return err::inval("memory region wraps around the address space");
   if (!(access & access::kOnDemand) && !range_mapped(addr, length))
     return err::from_errno(EFAULT, "memory region is not mapped in this process");
+  return {};
+}
 
+Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
+  if (Status s = check_region(addr, length, iova, access); !s.ok()) return s;
   uint32_t index;
   {
     std::lock_guard g(mu_);

@@ -30,6 +30,11 @@ class Mr {
                                          uint32_t access);
   ~Mr();
   Mr(const Mr&) = delete;
+  // ibv_rereg_mr: the region now covers [addr, addr+length) of `pd` with
+  // `access`, peers address it as [iova, ...); its lkey and rkey stay (as
+  // kernel providers keep them).  `pd` must be of the same context.  On an
+  // error the region is unchanged.
+  Status rereg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access);
   Mr& operator=(const Mr&) = delete;
 
   Pd* pd() const noexcept { return pd_; }
@@ -92,6 +97,10 @@ class MrTable {
 
  private:
   MrTable(uint32_t slot, std::span<const uint8_t, 16> secret);
+  friend class Mr;
+  // The checks of a registration: EINVAL for bad flags or ranges, EFAULT if
+  // the range is not mapped (unless on-demand).
+  static Status check_region(uint64_t addr, uint64_t length, uint64_t iova, uint32_t access);
   struct Entry {
     std::atomic<const Mr*> mr{nullptr};
     uint8_t gen = 0;

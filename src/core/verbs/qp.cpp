@@ -99,10 +99,9 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
   // Validate every attribute before changing anything.
   if ((mask & m::kPkeyIndex) && a.pkey_index != 0) return err::inval("pkey_index must be 0 (one P_Key)");
   if ((mask & m::kPort) && a.port_num != 1) return err::inval("port_num must be 1");
-  if ((mask & m::kAccessFlags) &&
-      (a.qp_access_flags & ~(access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
-                             access::kRemoteAtomic | access::kMwBind)))
-    return err::inval("qp_access_flags hold bits that are not QP access rights");
+  // qp_access_flags: bits other than the QP's rights (ON_DEMAND, ZERO_BASED,
+  // ...) are kept and grant nothing, as the kernel and rxe pass them through
+  // (rdma-core's tests set ON_DEMAND on the QPs of ODP regions).
   uint32_t mtu = mtu_;
   if (mask & m::kPathMtu) {
     if (uint8_t(a.path_mtu) < 1 || uint8_t(a.path_mtu) > 5) return err::inval("path_mtu must be 1..5 (256..4096)");
