@@ -147,6 +147,7 @@ IdView Cm::view(const Id* id) {
   v.port = id->port_;
   v.src = id->src_;
   v.dst = id->dst_;
+  v.dgid = id->dgid_;
   v.route_resolved = id->route_;
   v.path_mtu = id->mtu_;
   v.tos = id->tos_;

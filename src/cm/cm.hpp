@@ -263,6 +263,11 @@ class Id {
   GsiPort* port() const noexcept { return port_; }  // the device; null if unbound or wildcard
   const Endpoint& src() const noexcept { return src_; }
   const Endpoint& dst() const noexcept { return dst_; }
+  // The GID the peer's packets go to: dst's address, except for a loopback
+  // destination no device holds when the id's device is on a real interface:
+  // that loops back to the device (the kernel's rdma_cm sets the dgid to the
+  // sgid then).
+  const IpAddr& dgid() const noexcept { return dgid_; }
   bool route_resolved() const noexcept { return route_; }
   uint8_t path_mtu() const noexcept { return mtu_; }  // IB enum, once the route is resolved
   uint8_t tos() const noexcept { return tos_; }
@@ -275,6 +280,7 @@ class Id {
   State state_ = State::idle;
   GsiPort* port_ = nullptr;
   Endpoint src_, dst_;
+  IpAddr dgid_;
   bool bound_ = false;
   bool route_ = false;
   uint8_t mtu_ = 0;
@@ -295,6 +301,7 @@ struct IdView {
   State state = State::idle;
   GsiPort* port = nullptr;
   Endpoint src, dst;
+  IpAddr dgid;  // Id::dgid()
   bool route_resolved = false;
   uint8_t path_mtu = 0;
   uint8_t tos = 0;
@@ -393,10 +400,13 @@ class Cm {
 
   // addressing (cm_addr.cpp)
   GsiPort* port_for_address(const IpAddr& a) const noexcept;
+  GsiPort* loopback_bind_port(const IpAddr& a) const noexcept;
   GsiPort* route_port(const IpAddr& dst) const noexcept;
   uint16_t ephemeral_port(uint16_t ps);
   bool port_in_use(const Id* self, uint16_t ps, const IpAddr& addr, uint16_t port) const noexcept;
-  Endpoint request_endpoint(const IpAddr& dst, uint64_t sid) const noexcept;
+  // Where a request for service `sid` at address `dst` goes: the UDP port of
+  // the process that listens there (Directory), at `dgid`.
+  Endpoint request_endpoint(const IpAddr& dst, const IpAddr& dgid, uint64_t sid) const noexcept;
   Endpoint reply_endpoint(const Endpoint& src, uint32_t peer_comm_id) const noexcept;
   Id* find_listener(uint64_t sid, const IpAddr& dst, bool ud) const noexcept;
   void unlisten(Id* id) noexcept;

@@ -88,6 +88,14 @@ GsiPort* Cm::route_port(const IpAddr& dst) const noexcept {
   return nullptr;
 }
 
+// The device a loopback address no device holds binds to: the first of its
+// family, else the first.
+GsiPort* Cm::loopback_bind_port(const IpAddr& a) const noexcept {
+  for (GsiPort* p : ports_)
+    if (p->address().is_v4() == a.is_v4()) return p;
+  return ports_.empty() ? nullptr : ports_.front();
+}
+
 // ------------------------------------------------------------------ ports
 
 bool Cm::port_in_use(const Id* self, uint16_t ps, const IpAddr& addr, uint16_t port) const noexcept {
@@ -117,10 +125,10 @@ uint16_t Cm::ephemeral_port(uint16_t ps) {
 
 // ------------------------------------------------------------------ where MADs go
 
-Endpoint Cm::request_endpoint(const IpAddr& dst, uint64_t sid) const noexcept {
+Endpoint Cm::request_endpoint(const IpAddr& dst, const IpAddr& dgid, uint64_t sid) const noexcept {
   if (auto slot = dir_.find_listener(dst, sid))
-    if (auto port = dir_.port_of(*slot, dst)) return {dst, *port};
-  return {dst, kRoceV2Port};
+    if (auto port = dir_.port_of(*slot, dgid)) return {dgid, *port};
+  return {dgid, kRoceV2Port};
 }
 
 Endpoint Cm::reply_endpoint(const Endpoint& src, uint32_t peer_comm_id) const noexcept {
@@ -139,6 +147,10 @@ Status Cm::bind(Id* id, const Endpoint& addr) {
   GsiPort* port = nullptr;
   if (!is_any(addr.addr)) {
     port = port_for_address(addr.addr);
+    // A loopback address no device holds binds to the first device, as the
+    // kernel's rdma_cm does (libfabric's verbs provider binds "localhost"
+    // to find a device when given no address).
+    if (!port && is_loopback(addr.addr)) port = loopback_bind_port(addr.addr);
     if (!port)
       return err::from_errno(ENODEV, "rdma_bind_addr: no uroce device has the address " + addr.addr.to_string() +
                                          " (UROCE_ADDR lists the devices)");
@@ -180,6 +192,11 @@ Status Cm::resolve_addr(Id* id, const std::optional<Endpoint>& src, const Endpoi
   id->port_ = port;
   id->src_.addr = port->address();
   id->dst_ = dst;
+  // A loopback destination no device holds means this host, as for the
+  // kernel, when the device is on a real interface; devices on loopback
+  // addresses (uroce's one-machine setups) are hosts of their own.
+  const bool to_self = is_loopback(dst.addr) && !port_for_address(dst.addr) && !is_loopback(port->address());
+  id->dgid_ = to_self ? port->address() : dst.addr;
   id->state_ = State::addr_resolved;
   emit_simple(id, EventType::addr_resolved);
   return {};
@@ -209,6 +226,7 @@ Status Cm::set_route(Id* id, const IpAddr& sgid, const IpAddr& dgid, uint8_t mtu
     return err::inval("RDMA_OPTION_IB_PATH: the address is not resolved");
   id->port_ = port;
   id->dst_.addr = dgid;
+  id->dgid_ = dgid;
   id->mtu_ = mtu ? std::min(mtu, mtu_enum(port->mtu())) : mtu_enum(port->mtu());
   id->route_ = true;
   id->state_ = State::route_resolved;

@@ -303,7 +303,7 @@ Status Cm::disconnect(Id* id, bool* event_follows) {
 
 void Cm::on_conn_timer(Conn& c) noexcept {
   if (c.seek_until != Clock::time_point{}) {  // a request waiting for its listener
-    c.peer = request_endpoint(c.remote_gid, c.service_id);
+    c.peer = request_endpoint(c.remote_gid, c.remote_gid, c.service_id);
     if (c.peer.port != kRoceV2Port || now() >= c.seek_until) {
       send_or_seek(c);
     } else {

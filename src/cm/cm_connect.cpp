@@ -28,9 +28,9 @@ Status Cm::connect_rc(Id& id, const ConnParam& p) {
     return err::inval("rdma_connect: " + std::to_string(p.private_data.size()) + " bytes of private data (at most " +
                       std::to_string(kReqPrivate - hdr) + ")");
   Conn& c = *new_conn(&id, id.port_, true);
-  c.remote_gid = id.dst_.addr;
+  c.remote_gid = id.dgid_;
   c.service_id = sid;
-  c.peer = request_endpoint(id.dst_.addr, sid);
+  c.peer = request_endpoint(id.dst_.addr, id.dgid_, sid);
   c.local_qpn = qpn;
   c.path_mtu = id.mtu_;
   c.max_dest_rd_atomic = p.responder_resources;
@@ -90,9 +90,9 @@ Status Cm::connect_ud(Id& id, const ConnParam& p) {
                       std::to_string(kSidrReqPrivate - hdr) + ")");
   Conn& c = *new_conn(&id, id.port_, true);
   c.ud = true;
-  c.remote_gid = id.dst_.addr;
+  c.remote_gid = id.dgid_;
   c.service_id = sid;
-  c.peer = request_endpoint(id.dst_.addr, sid);
+  c.peer = request_endpoint(id.dst_.addr, id.dgid_, sid);
   c.tid = new_tid(c.local_id);
   SidrReq r;
   r.request_id = c.local_id;

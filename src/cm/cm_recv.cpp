@@ -146,6 +146,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
   c.tid = h.tid;
   c.peer = reply;
   c.remote_gid = r.primary.local_gid.is_unspecified() ? mad.src.addr : r.primary.local_gid;
+  child->dgid_ = c.remote_gid;
   c.service_id = r.service_id;
   c.remote_qpn = r.local_qpn;
   c.remote_psn = r.starting_psn;
@@ -405,6 +406,7 @@ void Cm::recv_sidr_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, boo
   c.tid = h.tid;
   c.peer = reply;
   c.remote_gid = mad.src.addr;
+  child->dgid_ = c.remote_gid;
   c.service_id = r.service_id;
   c.in_remote_index = true;
   by_remote_[{mad.src.addr, r.request_id}] = &c;

@@ -127,6 +127,42 @@ TEST_F(Cm_, WildcardListenerTakesRequestsAndRepliesGoToTheSender) {
   EXPECT_EQ(s->port(), &b.port);
 }
 
+// A loopback address no device holds binds to the (first) device, and a
+// loopback destination loops back to the device's own address, as the
+// kernel's rdma_cm has it: libfabric's verbs provider listens on
+// "localhost" and its peers on the host connect to 127.0.0.1.
+TEST_F(Cm_, LoopbackAddressesWithoutADeviceUseTheFirstDevice) {
+  const IpAddr lo = *IpAddr::parse("127.0.0.1");
+  Id* l = b.cm.create_id(nullptr, kPsTcp, QpType::rc);
+  ASSERT_TRUE(b.cm.bind(l, {lo, 7300}).ok());
+  EXPECT_EQ(l->port(), &b.port);
+  EXPECT_EQ(l->src().addr, lo);  // the id keeps the address it was given
+  ASSERT_TRUE(b.cm.listen(l, 4).ok());
+  Id* c = a.cm.create_id(nullptr, kPsTcp, QpType::rc);
+  ASSERT_TRUE(a.cm.resolve_addr(c, std::nullopt, {lo, 7300}).ok());
+  EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::addr_resolved}));
+  EXPECT_EQ(c->port(), &a.port);
+  EXPECT_EQ(c->dst().addr, lo);
+  EXPECT_EQ(c->dgid(), *IpAddr::parse("10.0.0.1"));  // where its packets go
+  ASSERT_TRUE(a.cm.resolve_route(c).ok());
+  a.cm.set_qp(c, &qa);
+  ASSERT_TRUE(a.cm.connect(c, {}).ok());
+  // The REQ goes to the listening process (port 50000 at the device's address).
+  ASSERT_FALSE(wire.queue.empty());
+  EXPECT_EQ(wire.queue.front().dst, (Endpoint{*IpAddr::parse("10.0.0.1"), 50000}));
+  deliver();
+  Id* s = request_of_b();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(b.rec.last(ET::connect_request)->listen_id, l);
+  EXPECT_EQ(s->dgid(), *IpAddr::parse("10.0.0.1"));
+  b.cm.set_qp(s, &qb);
+  ASSERT_TRUE(b.cm.accept(s, {}).ok());
+  deliver();
+  EXPECT_NE(a.rec.last(ET::established), nullptr);
+  EXPECT_NE(b.rec.last(ET::established), nullptr);
+  // An address of no device that is not loopback is still ENODEV.
+  EXPECT_EQ(b.cm.bind(b.cm.create_id(nullptr, kPsTcp, QpType::rc), {*IpAddr::parse("10.9.9.9"), 1}).code(), ENODEV);
+}
 
 // A process of this host that dies sends no DREQ or REJ (a kernel CM would
 // send them for it): the registry shows it gone, and its peer's Cm acts as

@@ -181,6 +181,13 @@ UROCE_C_API int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   CmId* c = to_cm(id);
   Channel* to = channel ? to_channel(channel) : new_channel(true);
   if (!to) return fail("rdma_migrate_id", errno, "eventfd failed");
+  // A synchronous id holds the event of its last operation (a request from
+  // rdma_get_request, say) until its next one: it is acknowledged here, as
+  // rdma-core does, or the wait below would wait for itself.
+  if (c->sync && c->id.event) {
+    rdma_ack_cm_event(c->id.event);
+    c->id.event = nullptr;
+  }
   // Events handed out for the id must be acknowledged first.
   {
     std::unique_lock g(c->mu);

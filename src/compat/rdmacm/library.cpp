@@ -59,6 +59,9 @@ Library* init() {
     auto* d = new Device;
     d->ctx = ctx;
     d->port = port;
+    // Every id on the device gets this PD as id->pd, as with rdma-core
+    // (UCX's rdma_cm transport creates its QPs in it).
+    d->pd = ibv_alloc_pd(ctx);
     ibv_device_attr a{};
     if (ibv_query_device(ctx, &a) == 0) {
       d->max_resp_res = uint8_t(std::min(a.max_qp_rd_atom, 255));
@@ -150,6 +153,7 @@ void refresh(CmId& c, const cm::IdView& v, Library& l) noexcept {
   if (v.port) {
     c.dev = device_of(l, v.port);
     if (c.dev) id.verbs = c.dev->ctx;
+    if (c.dev && !id.pd) id.pd = c.dev->pd;
     id.port_num = 1;
   }
   const bool bound = v.state != cm::State::idle;
@@ -157,7 +161,7 @@ void refresh(CmId& c, const cm::IdView& v, Library& l) noexcept {
   if (!v.dst.addr.is_unspecified()) put_sockaddr(id.route.addr.dst_storage, v.dst);
   rdma_ib_addr& ib = id.route.addr.addr.ibaddr;
   if (v.port) put_gid(ib.sgid, v.port->address());
-  put_gid(ib.dgid, v.dst.addr);
+  put_gid(ib.dgid, v.dgid.is_unspecified() ? v.dst.addr : v.dgid);
   ib.pkey = htons(0xffff);
   if (v.route_resolved) {
     ibv_sa_path_rec& p = c.path;
@@ -192,6 +196,7 @@ cm::IdView view_locked(const cm::Id& id) {
   v.port = id.port();
   v.src = id.src();
   v.dst = id.dst();
+  v.dgid = id.dgid();
   v.route_resolved = id.route_resolved();
   v.path_mtu = id.path_mtu();
   v.tos = id.tos();

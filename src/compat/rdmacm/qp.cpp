@@ -8,6 +8,8 @@
 // expect).
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "rdmacm.hpp"
 
@@ -22,13 +24,32 @@ int modify_to(CmId& c, ibv_qp* qp, ibv_qp_state st) {
   return ibv_modify_qp(qp, &attr, mask);
 }
 
+// CQs (and channels) made by rdma_create_qp for one id that other ids' QPs
+// still used when it was destroyed: rdma_create_qp hands the CQs back in
+// the caller's attributes, so a program that reuses them (cmtime) has every
+// QP on the first id's CQs.  rdma-core leaks them (ibv_destroy_cq is EBUSY);
+// here each waits until its last QP is gone.
+std::mutex g_orphans_mu;
+std::vector<ibv_cq*> g_orphan_cqs;
+std::vector<ibv_comp_channel*> g_orphan_channels;
+
+// Destroys what no QP (or CQ) uses any more.  Under g_orphans_mu.
+void sweep_orphans() {
+  std::erase_if(g_orphan_cqs, [](ibv_cq* cq) { return ibv_destroy_cq(cq) == 0; });
+  std::erase_if(g_orphan_channels, [](ibv_comp_channel* ch) { return ibv_destroy_comp_channel(ch) == 0; });
+}
+
 void destroy_own_cqs(CmId& c) {
   if (!c.own_cqs) return;
   rdma_cm_id& id = c.id;
-  if (id.send_cq && id.send_cq != id.recv_cq) ibv_destroy_cq(id.send_cq);
-  if (id.recv_cq) ibv_destroy_cq(id.recv_cq);
-  if (id.send_cq_channel && id.send_cq_channel != id.recv_cq_channel) ibv_destroy_comp_channel(id.send_cq_channel);
-  if (id.recv_cq_channel) ibv_destroy_comp_channel(id.recv_cq_channel);
+  {
+    std::lock_guard g(g_orphans_mu);
+    if (id.send_cq && id.send_cq != id.recv_cq) g_orphan_cqs.push_back(id.send_cq);
+    if (id.recv_cq) g_orphan_cqs.push_back(id.recv_cq);
+    if (id.send_cq_channel && id.send_cq_channel != id.recv_cq_channel) g_orphan_channels.push_back(id.send_cq_channel);
+    if (id.recv_cq_channel) g_orphan_channels.push_back(id.recv_cq_channel);
+    sweep_orphans();
+  }
   id.send_cq = id.recv_cq = nullptr;
   id.send_cq_channel = id.recv_cq_channel = nullptr;
   c.own_cqs = false;
@@ -130,7 +151,12 @@ UROCE_C_API void rdma_destroy_qp(rdma_cm_id* id) {
   if (id->qp) ibv_destroy_qp(id->qp);
   id->qp = nullptr;
   c->qpctl.qp = nullptr;
-  destroy_own_cqs(*c);
+  if (c->own_cqs) {
+    destroy_own_cqs(*c);
+  } else {
+    std::lock_guard g(g_orphans_mu);  // this QP may have been an orphan's last user
+    sweep_orphans();
+  }
 }
 
 UROCE_C_API int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {

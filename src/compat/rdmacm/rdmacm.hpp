@@ -70,7 +70,7 @@ struct Device {
   uint8_t max_resp_res = 0;    // max_qp_rd_atom
   uint8_t max_init_depth = 0;  // max_qp_init_rd_atom
   std::mutex mu;
-  ibv_pd* pd = nullptr;  // the default PD (rdma_create_qp with no PD)
+  ibv_pd* pd = nullptr;  // the default PD: every id's id->pd on this device
 };
 
 // The QP of an id, as the Cm moves it (ibv_modify_qp).
