@@ -12,6 +12,10 @@ other status is a failure (with what was wrong on stdout).
   missing   <prefix>/bin/uroce exec -- /nonexistent
   env       what uroce exec hands the program (LD_LIBRARY_PATH, UROCE_*,
             exit status), from the prefix and from the build tree
+  view      the devices the program sees in /dev/infiniband and
+            /sys/class/infiniband (for UCX and rdma-core's tests), as root
+            and, when possible, as an unprivileged user; the host's /dev,
+            /sys and /tmp are left as they were
 """
 import argparse
 import os
@@ -202,9 +206,67 @@ def check_env(a, prefix, work):
     return f"checked {len(cases)} uroce executable(s)"
 
 
+VIEW_SCRIPT = """
+d=/sys/class/infiniband/uroce0
+stat -L -c %F /dev/infiniband/uroce0
+test -r /dev/infiniband/uroce0 && test -w /dev/infiniband/uroce0 && echo accessible
+cat $d/node_type $d/ports/1/state $d/ports/1/link_layer $d/ports/1/gids/0 $d/ports/1/gid_attrs/types/0
+cat $d/ports/1/gid_attrs/ndevs/0
+ls $d/device/net
+test -d /dev/shm && test -e /dev/null && test -d /sys/class/net/lo && echo host-entries
+"""
+VIEW_EXPECT = ["character special file", "accessible", "1: CA", "4: ACTIVE", "Ethernet",
+               "0000:0000:0000:0000:0000:ffff:7f00:5103", "RoCE v2", "lo", "lo", "host-entries"]
+
+
+def host_state():
+    tmp = sorted(n for n in os.listdir("/tmp") if n.startswith("uroce-view-"))
+    return os.path.exists("/dev/infiniband"), os.path.exists("/sys/class/infiniband"), tmp
+
+
+def view_as(cmd_prefix, uroce, env):
+    p = run(cmd_prefix + [uroce, "exec", "--addr", "127.0.81.3", "--", "sh", "-c", VIEW_SCRIPT], env=env,
+            check=False, timeout=30)
+    lines = p.stdout.split("\n")[:len(VIEW_EXPECT)]
+    if p.returncode != 0 or lines != VIEW_EXPECT:
+        raise Failure(f"{' '.join(cmd_prefix)} uroce exec: the program saw {lines} (exit {p.returncode}), "
+                      f"expected {VIEW_EXPECT}\n--- stderr\n{p.stderr}")
+
+
+def check_view(a, prefix, work):
+    uroce = a.build_uroce
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UROCE_")}
+    before = host_state()
+    if before[0] and os.path.exists("/dev/infiniband/uroce0"):
+        return "skipped: this host has /dev/infiniband/uroce0 of its own"
+    view_as([], uroce, env)
+    # --no-device-view: nothing is shown.
+    p = run([uroce, "exec", "--no-device-view", "--", "sh", "-c", "test -e /dev/infiniband/uroce0"], env=env,
+            check=False, timeout=30)
+    if p.returncode == 0:
+        raise Failure("--no-device-view still showed /dev/infiniband/uroce0")
+    done = ["as this user"]
+    # An unprivileged user gets the same view through a user namespace.
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        probe = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", uroce, "exec",
+                     "--no-device-view", "--", "true"], env=env, check=False, timeout=30)
+        userns = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-U", "true"],
+                     env=env, check=False, timeout=30)
+        if probe.returncode == 0 and userns.returncode == 0:
+            view_as(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], uroce, env)
+            done.append("as user nobody")
+        else:
+            done.append("not as nobody (cannot run the build's uroce as nobody, or no user namespaces)")
+    after = host_state()
+    if after != before:
+        raise Failure(f"the host changed: /dev/infiniband, /sys/class/infiniband, /tmp/uroce-view-*: "
+                      f"{before} before, {after} after")
+    return "the view is right " + ", ".join(done) + "; the host is unchanged"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("check", choices=["layout", "consumer", "devinfo", "missing", "env"])
+    ap.add_argument("check", choices=["layout", "consumer", "devinfo", "missing", "env", "view"])
     ap.add_argument("--build", required=True, help="the build tree to install")
     ap.add_argument("--build-uroce", help="the uroce executable of the build tree")
     ap.add_argument("--consumer", help="the consumer project's source directory")
@@ -227,6 +289,8 @@ def main():
             msg = check_devinfo(a, prefix, work)
         elif a.check == "missing":
             msg = check_missing(a, prefix, work)
+        elif a.check == "view":
+            msg = check_view(a, prefix, work)
         else:
             msg = check_env(a, prefix, work)
     except Failure as e:

@@ -1,8 +1,10 @@
 // `uroce exec [--addr A] [--port P] -- PROGRAM ARGS...`: runs an unmodified
 // RDMA program on uroce.  It puts the directory of the drop-in
 // libibverbs.so.1 / librdmacm.so.1 first in LD_LIBRARY_PATH, sets UROCE_ADDR
-// and UROCE_PORT when asked, and replaces itself with the program, whose exit
-// status therefore is the command's.
+// and UROCE_PORT when asked, shows the devices where programs look for them in
+// the file system (/dev/infiniband, /sys/class/infiniband: device_view.hpp),
+// and replaces itself with the program, whose exit status therefore is the
+// command's.
 //
 // The drop-in libraries live outside the system's default library path (an
 // ordinary program must not pick them up by accident), at a place known
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "device_view.hpp"
 #include "uroce/ip_addr.hpp"
 
 #ifndef UROCE_EXEC_INSTALLED_LIBDIR
@@ -46,6 +49,7 @@ constexpr int kNotFound = 127;
 struct Options {
   std::string addr;
   std::string port;  // empty: leave UROCE_PORT alone
+  bool no_device_view = false;
   std::vector<std::string> command;
 };
 
@@ -143,6 +147,20 @@ int run(const Options& o) {
     return kFailed;
   }
 
+  if (!o.no_device_view) {
+    const auto devs = view_devices();
+    if (!view_present(devs)) {
+      if (std::string why = install_view(devs); !why.empty())
+        std::fprintf(stderr,
+                     "uroce exec: note: /dev/infiniband/%s and /sys/class/infiniband/%s are not shown to the "
+                     "program (%s), so programs that look for devices there (UCX, rdma-core's tests) will not "
+                     "find uroce's. As root this works; as a user it needs unprivileged user namespaces "
+                     "(sysctl user.max_user_namespaces > 0; on Ubuntu also "
+                     "kernel.apparmor_restrict_unprivileged_userns=0). --no-device-view silences this.\n",
+                     devs[0].dev_name.c_str(), devs[0].name.c_str(), why.c_str());
+    }
+  }
+
   std::vector<char*> argv;
   argv.reserve(o.command.size() + 1);
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -170,6 +188,9 @@ Command add_exec(CLI::App& root) {
                     "Comma-separated IP addresses, one device each (sets UROCE_ADDR; default: as the "
                     "environment says, else 127.0.0.1)");
   c.app->add_option("--port", opts->port, "UDP port the devices receive on (sets UROCE_PORT; default 4791)");
+  c.app->add_flag("--no-device-view", opts->no_device_view,
+                  "Do not show the devices under /dev/infiniband and /sys/class/infiniband (by default the "
+                  "program runs in a mount namespace of its own where they appear, for UCX and others)");
   c.app->add_option("command", opts->command, "The program and its arguments")->required();
   // Everything from the program's name on is the program's, options included.
   c.app->positionals_at_end();
