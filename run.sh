@@ -33,6 +33,10 @@ cd "$(dirname "$0")"
 # (tests/rdmacm).
 PACKAGES=(cmake g++ make pkg-config python3 libgtest-dev libgmock-dev libisal-dev libcli11-dev
           tshark iproute2 libibverbs-dev librdmacm-dev ibverbs-utils perftest qperf rdmacm-utils)
+# The software users test on RDMA, run unmodified on uroce (tests/ecosystem)
+# and whose imports the stand-in provider libraries must satisfy
+# (compat.exports): UCX, Open MPI over UCX, libfabric, pyverbs, librpma.
+PACKAGES+=(ucx-utils libucx-dev openmpi-bin libopenmpi-dev libfabric-bin python3-pyverbs librpma-dev)
 # The soak over real kernel drops (iptables in network namespaces) and the
 # receive-path fuzzer (clang's libFuzzer).
 PACKAGES+=(iptables clang libclang-rt-14-dev)
