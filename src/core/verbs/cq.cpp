@@ -80,6 +80,17 @@ bool Cq::push(const Wc& wc, bool solicited) noexcept {
   return true;
 }
 
+void Cq::discard_qp_locked(uint32_t qpn) noexcept {
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < count_; ++i) {
+    const Wc& wc = ring_[(head_ + i) % depth_];
+    if (wc.qp_num == qpn) continue;
+    ring_[(head_ + kept) % depth_] = wc;
+    ++kept;
+  }
+  count_ = kept;
+}
+
 Status Cq::resize(uint32_t cqe) {
   if (cqe < 1 || cqe > kMaxCqe) return err::inval("cqe out of range");
   std::lock_guard g(nic().mu());

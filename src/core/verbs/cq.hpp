@@ -62,6 +62,10 @@ class Cq {
   // Appends a completion; `solicited` marks one that may wake a
   // solicited-only notification.  Returns false (and reports) on overflow.
   bool push(const Wc& wc, bool solicited) noexcept;
+  // Removes the completions of QP `qpn` not yet polled, keeping the order of
+  // the others (a QP moved to RESET: mlx4/mlx5 clean its CQEs so, and
+  // rdma-core's tests reuse a QP after RESET without draining its CQ).
+  void discard_qp_locked(uint32_t qpn) noexcept;
   uint32_t size_locked() const noexcept { return count_; }
   bool overflowed() const noexcept { return overflow_; }
 

@@ -215,6 +215,9 @@ void Qp::send_owed_ack_locked() noexcept {
 void Qp::reset_locked() noexcept {
   sq_.clear();
   rq_.clear();
+  // What the QP completed and nobody polled goes with it.
+  if (init_.send_cq) init_.send_cq->discard_qp_locked(qpn_);
+  if (init_.recv_cq && init_.recv_cq != init_.send_cq) init_.recv_cq->discard_qp_locked(qpn_);
   req_ = transport::RequesterState{};
   resp_ = transport::ResponderState{};
   nic_->detach_lists(*this);
