@@ -1,5 +1,7 @@
 #include "transport/nic.hpp"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <map>
 #include <string_view>
@@ -12,8 +14,8 @@
 #include "net/udp_io.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
-#include "verbs/cq.hpp"
 #include "verbs/comp_channel.hpp"
+#include "verbs/cq.hpp"
 #include "verbs/qp.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
@@ -30,6 +32,46 @@ std::map<std::pair<IpAddr, uint16_t>, std::weak_ptr<Nic>>& nics() {
   static auto* m = new std::map<std::pair<IpAddr, uint16_t>, std::weak_ptr<Nic>>;
   return *m;
 }
+
+// fork(): a child must not use its parent's NICs (their socket, progress
+// thread and registry binding are the parent's: the child would take the
+// parent's packets).  Around fork the NIC table and every NIC's lock are
+// held, so none is mid-change in the child; there the NICs it inherited are
+// kept alive forever and never touched again (destroying one would join a
+// thread that does not exist there and withdraw the parent's binding), and
+// the table is emptied: the child's first open of an address makes a NIC of
+// its own.  rdma-core's tests fork their rdma_cm peers after using the
+// device in the parent.
+std::vector<std::shared_ptr<Nic>>& forking() {
+  static auto* v = new std::vector<std::shared_ptr<Nic>>;
+  return *v;
+}
+
+void before_fork() noexcept {
+  g_nics_mu.lock();
+  for (auto& [key, weak] : nics())
+    if (auto nic = weak.lock()) forking().push_back(std::move(nic));
+  for (auto& nic : forking()) nic->mu().lock();
+}
+
+void after_fork_in_parent() noexcept {
+  for (auto& nic : forking()) nic->mu().unlock();
+  forking().clear();
+  g_nics_mu.unlock();
+}
+
+void after_fork_in_child() noexcept {
+  static auto* inherited = new std::vector<std::shared_ptr<Nic>>;  // never destroyed, never used
+  for (auto& nic : forking()) {
+    nic->mu().unlock();
+    inherited->push_back(std::move(nic));
+  }
+  forking().clear();
+  nics().clear();
+  g_nics_mu.unlock();
+}
+
+[[maybe_unused]] const int g_fork_handlers = ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 
 }  // namespace
 
