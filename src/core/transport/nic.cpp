@@ -222,12 +222,12 @@ verbs::Qp* Nic::find_qp(uint32_t qpn) const noexcept {
   return qps_[qpn & kQpIndexMask];
 }
 
-Endpoint Nic::resolve(const IpAddr& gid, uint32_t qpn) noexcept {
+Endpoint Nic::resolve(const IpAddr& gid, uint32_t qpn, bool fresh) noexcept {
   if (!registry_) return {gid, net::kRoceV2Port};
   const uint32_t slot = qpn >> kQpIndexBits;
   const Clock::time_point now = Clock::now();
   auto key = std::make_pair(slot, gid);
-  if (auto it = resolved_.find(key); it != resolved_.end() && it->second.expires > now)
+  if (auto it = resolved_.find(key); !fresh && it != resolved_.end() && it->second.expires > now)
     return {gid, it->second.port};
   const uint16_t port = registry_->lookup_port(slot, gid).value_or(net::kRoceV2Port);
   if (resolved_.size() > 4096) resolved_.clear();

@@ -100,8 +100,10 @@ class Nic {
 
   // UDP endpoint of (gid, qpn): a same-host peer's published port, else
   // 4791.  Answers are cached for a second (the registry lookup costs
-  // syscalls).  NIC lock held.
-  Endpoint resolve(const IpAddr& gid, uint32_t qpn) noexcept;
+  // syscalls); `fresh` looks again and renews the cache (a QP connecting
+  // to its peer: the peer's process may have claimed a slot another process
+  // freed within the second, on another port).  NIC lock held.
+  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false) noexcept;
 
   // ---- NIC lock held ----
   void schedule(verbs::Qp& qp) noexcept;      // qp has packets to send

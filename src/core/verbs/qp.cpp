@@ -170,7 +170,7 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
         if (type() == QpType::ud) {
           mtu_ = ctx.port_attr().active_mtu_bytes;
         } else {
-          peer_ = nic.resolve(attr_.ah_attr.dgid, attr_.dest_qp_num);
+          peer_ = nic.resolve(attr_.ah_attr.dgid, attr_.dest_qp_num, /*fresh=*/true);
           icrc_ip_.dst = peer_.addr;
           icrc_ip_.dst_port = peer_.port;
         }
