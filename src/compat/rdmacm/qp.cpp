@@ -8,6 +8,7 @@
 // expect).
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -32,11 +33,26 @@ int modify_to(CmId& c, ibv_qp* qp, ibv_qp_state st) {
 std::mutex g_orphans_mu;
 std::vector<ibv_cq*> g_orphan_cqs;
 std::vector<ibv_comp_channel*> g_orphan_channels;
+std::map<ibv_cq*, int> g_cq_qps;  // QPs made by rdma_create_qp on each CQ
 
-// Destroys what no QP (or CQ) uses any more.  Under g_orphans_mu.
+void count_qp(ibv_qp* qp, int delta) {
+  std::lock_guard g(g_orphans_mu);
+  auto add = [delta](ibv_cq* cq) {
+    if (int& n = g_cq_qps[cq]; (n += delta) <= 0) g_cq_qps.erase(cq);
+  };
+  add(qp->send_cq);
+  if (qp->recv_cq != qp->send_cq) add(qp->recv_cq);
+}
+
+// Destroys the orphans no QP (of ours) and no CQ uses any more.  Under
+// g_orphans_mu.
 void sweep_orphans() {
-  std::erase_if(g_orphan_cqs, [](ibv_cq* cq) { return ibv_destroy_cq(cq) == 0; });
-  std::erase_if(g_orphan_channels, [](ibv_comp_channel* ch) { return ibv_destroy_comp_channel(ch) == 0; });
+  std::erase_if(g_orphan_cqs, [](ibv_cq* cq) { return !g_cq_qps.count(cq) && ibv_destroy_cq(cq) == 0; });
+  std::erase_if(g_orphan_channels, [](ibv_comp_channel* ch) {
+    for (ibv_cq* cq : g_orphan_cqs)
+      if (cq->channel == ch) return false;
+    return ibv_destroy_comp_channel(ch) == 0;
+  });
 }
 
 void destroy_own_cqs(CmId& c) {
@@ -120,6 +136,7 @@ UROCE_C_API int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
       return fail("rdma_create_qp", e, "cannot bring the new QP to its first state");
     }
     id->qp = qp;
+    count_qp(qp, +1);
     id->pd = attr->pd;
     c->qpctl.qp = qp;
     cm_of(*lib()).set_qp(c->core, &c->qpctl);
@@ -148,7 +165,10 @@ UROCE_C_API int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_
 UROCE_C_API void rdma_destroy_qp(rdma_cm_id* id) {
   CmId* c = to_cm(id);
   cm_of(*lib()).set_qp(c->core, nullptr);
-  if (id->qp) ibv_destroy_qp(id->qp);
+  if (id->qp) {
+    count_qp(id->qp, -1);
+    ibv_destroy_qp(id->qp);
+  }
   id->qp = nullptr;
   c->qpctl.qp = nullptr;
   if (c->own_cqs) {
