@@ -22,7 +22,7 @@ TEST_F(Verbs, OdpAccessToUnmappedMemoryIsARemoteAccessError) {
 
   // Without ODP, registering a range with a hole fails; with ODP it does not.
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd_, area, 3 * page, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(pd_, area, 3 * page, int(IBV_ACCESS_LOCAL_WRITE)), nullptr);
   EXPECT_EQ(errno, EFAULT);
   ibv_mr* explicit_odp = ibv_reg_mr(pd_, area, 3 * page, kAllAccess | IBV_ACCESS_ON_DEMAND);
   ASSERT_NE(explicit_odp, nullptr);

@@ -29,7 +29,7 @@ void stamp(std::byte* p, uint32_t size, uint64_t i) {
 
 class Client {
  public:
-  Client(const ClientConfig& cfg, const Params& p) : cfg_(cfg), p_(p), layout_(round64(p.size)) {}
+  Client(const ClientConfig& cfg, const Params& p) : cfg_(cfg), p_(p), layout_{round64(p.size)} {}
   ~Client() { breakdown(); }
 
   Status setup();
