@@ -80,7 +80,7 @@ build_in() {
   local log="$dir/build.log"
   say "building in ./$dir (output in $log)"
   if [[ ! -f "$dir/CMakeCache.txt" ]]; then
-    if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${CMAKE_ARGS[@]}" >"$log" 2>&1; then
+    if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_WERROR=ON "${CMAKE_ARGS[@]}" >"$log" 2>&1; then
       tail -n 40 "$log" >&2
       say "configuring failed (see $log)" >&2
       return 1
