@@ -17,6 +17,10 @@
 #                                      libFuzzer + ASan + UBSan) for 60 s
 #                             UROCE_TEST_STAGES picks some ("plain asan"),
 #                             UROCE_FUZZ_SECONDS sets the fuzzing time
+#   ./run.sh test --quick [options]
+#                             the fast tier only: the plain build, then the
+#                             tests labelled `fast` (in-process, seconds in
+#                             all; tests/CMakeLists.txt lists the labels)
 #   ./run.sh bench [options]  build, then bench/run: uroce against raw UDP and
 #                             kernel TCP, results in bench/results/latest
 #
@@ -203,7 +207,15 @@ case "$mode" in
     ;;
   test)
     ensure_packages
-    run_tests "$@"
+    if [[ "${1:-}" == --quick ]]; then
+      shift
+      build
+      t0=$SECONDS
+      run_ctest "$BUILD_DIR" --output-on-failure -j2 --timeout 300 -L '^fast$' "$@"
+      say "the fast tier took $((SECONDS - t0)) s (build included: $SECONDS s)"
+    else
+      run_tests "$@"
+    fi
     ;;
   bench)
     PACKAGES+=("${BENCH_PACKAGES[@]}")
