@@ -51,8 +51,16 @@ class IpAddr {
   uint32_t v4() const noexcept {  // host order; only meaningful if is_v4()
     return uint32_t(b_[12]) << 24 | uint32_t(b_[13]) << 16 | uint32_t(b_[14]) << 8 | b_[15];
   }
-  in_addr to_in() const noexcept { in_addr a{}; a.s_addr = htonl(v4()); return a; }
-  in6_addr to_in6() const noexcept { in6_addr a{}; std::memcpy(&a, b_.data(), 16); return a; }
+  in_addr to_in() const noexcept {
+    in_addr a{};
+    a.s_addr = htonl(v4());
+    return a;
+  }
+  in6_addr to_in6() const noexcept {
+    in6_addr a{};
+    std::memcpy(&a, b_.data(), 16);
+    return a;
+  }
   const std::array<uint8_t, 16>& bytes() const noexcept { return b_; }
 
   std::string to_string() const;

@@ -19,19 +19,19 @@ namespace uroce {
 
 struct QpConfig {
   QpType type = QpType::rc;
-  CompletionQueue* send_cq = nullptr;        // required
-  CompletionQueue* recv_cq = nullptr;        // required (may be send_cq)
-  SharedReceiveQueue* srq = nullptr;         // receive from an SRQ instead of an own RQ
-  QpCap cap{128, 128, 4, 4, 256};            // send/recv WRs, SGEs, inline bytes
-  bool sq_sig_all = false;                   // every send WR completes (else only kSignaled ones)
+  CompletionQueue* send_cq = nullptr;  // required
+  CompletionQueue* recv_cq = nullptr;  // required (may be send_cq)
+  SharedReceiveQueue* srq = nullptr;   // receive from an SRQ instead of an own RQ
+  QpCap cap{128, 128, 4, 4, 256};      // send/recv WRs, SGEs, inline bytes
+  bool sq_sig_all = false;             // every send WR completes (else only kSignaled ones)
 };
 
 // What a peer needs to know to connect to a QP (and what we need of it).
 struct PeerInfo {
-  IpAddr gid{};        // the peer's GID: its IP address
-  uint32_t qpn = 0;    // the peer's QP number
-  uint32_t psn = 0;    // the first PSN the peer sends with
-  uint32_t mtu = 0;    // the peer's port MTU in bytes (0: unknown)
+  IpAddr gid{};      // the peer's GID: its IP address
+  uint32_t qpn = 0;  // the peer's QP number
+  uint32_t psn = 0;  // the first PSN the peer sends with
+  uint32_t mtu = 0;  // the peer's port MTU in bytes (0: unknown)
 };
 
 struct ConnectOptions {

@@ -11,8 +11,8 @@
 namespace uroce {
 
 struct SrqConfig {
-  uint32_t max_wr = 128;   // receive WRs it holds, 1..32768
-  uint32_t max_sge = 4;    // SGEs per receive WR, up to 32
+  uint32_t max_wr = 128;  // receive WRs it holds, 1..32768
+  uint32_t max_sge = 4;   // SGEs per receive WR, up to 32
   // When non-zero, SRQ_LIMIT_REACHED is raised (once) when fewer than this
   // many WRs remain.
   uint32_t srq_limit = 0;

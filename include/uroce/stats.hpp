@@ -19,8 +19,8 @@ namespace uroce {
 struct PublishedStats {
   int pid = 0;
   std::string device{};
-  std::string endpoint{};    // "127.0.0.1:4791"
-  std::string faults{};      // fault injection in effect, "" if none
+  std::string endpoint{};        // "127.0.0.1:4791"
+  std::string faults{};          // fault injection in effect, "" if none
   uint64_t updated_unix_ns = 0;  // when the snapshot was taken (0: none yet)
   std::vector<Counter> counters{};
 };

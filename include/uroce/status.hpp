@@ -30,9 +30,7 @@ class [[nodiscard]] Status {
   explicit operator bool() const noexcept { return ok(); }
   // errno value; 0 when ok.
   int code() const noexcept { return code_; }
-  std::string_view message() const noexcept {
-    return msg_ ? std::string_view(*msg_) : std::string_view{};
-  }
+  std::string_view message() const noexcept { return msg_ ? std::string_view(*msg_) : std::string_view{}; }
   // "EINVAL: qp_type 9 is not a QP type"
   std::string to_string() const;
 
@@ -63,7 +61,7 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::remove_cv_t<T>, Status>);
 
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = Status::error(EIO, "Result built from an ok Status");
   }
@@ -89,8 +87,8 @@ class [[nodiscard]] Result {
 }  // namespace uroce
 
 // Propagate an error Status from an expression returning Status.
-#define UROCE_TRY(expr)                      \
-  do {                                       \
-    ::uroce::Status uroce_try_s_ = (expr);   \
+#define UROCE_TRY(expr)                          \
+  do {                                           \
+    ::uroce::Status uroce_try_s_ = (expr);       \
     if (!uroce_try_s_.ok()) return uroce_try_s_; \
   } while (0)

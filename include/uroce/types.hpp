@@ -20,8 +20,15 @@ const char* to_string(QpState s) noexcept;
 const char* to_string(QpType t) noexcept;
 
 enum class WrOpcode : uint8_t {
-  rdma_write = 0, rdma_write_with_imm = 1, send = 2, send_with_imm = 3, rdma_read = 4,
-  atomic_cmp_and_swp = 5, atomic_fetch_and_add = 6, local_inv = 7, bind_mw = 8,
+  rdma_write = 0,
+  rdma_write_with_imm = 1,
+  send = 2,
+  send_with_imm = 3,
+  rdma_read = 4,
+  atomic_cmp_and_swp = 5,
+  atomic_fetch_and_add = 6,
+  local_inv = 7,
+  bind_mw = 8,
   send_with_inv = 9,
 };
 
@@ -30,16 +37,41 @@ inline constexpr bool is_atomic_opcode(WrOpcode op) noexcept {
 }
 
 enum class WcStatus : uint32_t {
-  success = 0, loc_len_err, loc_qp_op_err, loc_eec_op_err, loc_prot_err, wr_flush_err,
-  mw_bind_err, bad_resp_err, loc_access_err, rem_inv_req_err, rem_access_err, rem_op_err,
-  retry_exc_err, rnr_retry_exc_err, loc_rdd_viol_err, rem_inv_rd_req_err, rem_abort_err,
-  inv_eecn_err, inv_eec_state_err, fatal_err, resp_timeout_err, general_err,
+  success = 0,
+  loc_len_err,
+  loc_qp_op_err,
+  loc_eec_op_err,
+  loc_prot_err,
+  wr_flush_err,
+  mw_bind_err,
+  bad_resp_err,
+  loc_access_err,
+  rem_inv_req_err,
+  rem_access_err,
+  rem_op_err,
+  retry_exc_err,
+  rnr_retry_exc_err,
+  loc_rdd_viol_err,
+  rem_inv_rd_req_err,
+  rem_abort_err,
+  inv_eecn_err,
+  inv_eec_state_err,
+  fatal_err,
+  resp_timeout_err,
+  general_err,
 };
 const char* to_string(WcStatus s) noexcept;
 
 enum class WcOpcode : uint32_t {
-  send = 0, rdma_write = 1, rdma_read = 2, comp_swap = 3, fetch_add = 4, bind_mw = 5,
-  local_inv = 6, recv = 128, recv_rdma_with_imm = 129,
+  send = 0,
+  rdma_write = 1,
+  rdma_read = 2,
+  comp_swap = 3,
+  fetch_add = 4,
+  bind_mw = 5,
+  local_inv = 6,
+  recv = 128,
+  recv_rdma_with_imm = 129,
 };
 
 namespace send_flags {
@@ -65,8 +97,8 @@ inline constexpr uint32_t kZeroBased = 1u << 5;
 inline constexpr uint32_t kOnDemand = 1u << 6;
 inline constexpr uint32_t kHugetlb = 1u << 7;
 inline constexpr uint32_t kRelaxedOrdering = 1u << 20;
-inline constexpr uint32_t kKnown = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic |
-                                   kMwBind | kZeroBased | kOnDemand | kHugetlb | kRelaxedOrdering;
+inline constexpr uint32_t kKnown = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic | kMwBind | kZeroBased |
+                                   kOnDemand | kHugetlb | kRelaxedOrdering;
 }  // namespace access
 
 // Gather/scatter element; same layout as struct ibv_sge.
@@ -80,8 +112,8 @@ struct SendWr {
   uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::send;
   uint32_t send_flags = 0;
-  uint32_t imm_data = 0;        // __be32 as the application holds it (or the rkey
-                                // to invalidate for send_with_inv)
+  uint32_t imm_data = 0;  // __be32 as the application holds it (or the rkey
+                          // to invalidate for send_with_inv)
   std::span<const Sge> sg_list;
   // RDMA WRITE/READ
   uint64_t remote_addr = 0;
@@ -218,7 +250,7 @@ struct DeviceAttr {
 };
 
 struct PortAttr {
-  uint32_t active_mtu_bytes = 4096;   // path MTU ceiling of this port
+  uint32_t active_mtu_bytes = 4096;  // path MTU ceiling of this port
   uint32_t max_mtu_bytes = 4096;
   uint32_t gid_tbl_len = 1;
   uint32_t max_msg_sz = 1u << 31;
@@ -233,9 +265,26 @@ struct PortAttr {
 };
 
 enum class AsyncEventType : uint32_t {
-  cq_err = 0, qp_fatal, qp_req_err, qp_access_err, comm_est, sq_drained, path_mig,
-  path_mig_err, device_fatal, port_active, port_err, lid_change, pkey_change, sm_change,
-  srq_err, srq_limit_reached, qp_last_wqe_reached, client_reregister, gid_change, wq_fatal,
+  cq_err = 0,
+  qp_fatal,
+  qp_req_err,
+  qp_access_err,
+  comm_est,
+  sq_drained,
+  path_mig,
+  path_mig_err,
+  device_fatal,
+  port_active,
+  port_err,
+  lid_change,
+  pkey_change,
+  sm_change,
+  srq_err,
+  srq_limit_reached,
+  qp_last_wqe_reached,
+  client_reregister,
+  gid_change,
+  wq_fatal,
 };
 
 }  // namespace uroce::verbs

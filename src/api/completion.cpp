@@ -8,8 +8,7 @@ namespace uroce {
 
 // ------------------------------------------------------------ CompletionChannel
 
-CompletionChannel::CompletionChannel(std::unique_ptr<detail::ChannelImpl> impl) noexcept
-    : impl_(std::move(impl)) {}
+CompletionChannel::CompletionChannel(std::unique_ptr<detail::ChannelImpl> impl) noexcept : impl_(std::move(impl)) {}
 CompletionChannel::CompletionChannel(CompletionChannel&&) noexcept = default;
 
 CompletionChannel& CompletionChannel::operator=(CompletionChannel&& o) noexcept {
@@ -35,8 +34,7 @@ Result<CompletionQueue*> CompletionChannel::get_event(int timeout_ms) {
 
 // ------------------------------------------------------------ CompletionQueue
 
-CompletionQueue::CompletionQueue(std::unique_ptr<detail::CqImpl> impl) noexcept
-    : impl_(std::move(impl)) {
+CompletionQueue::CompletionQueue(std::unique_ptr<detail::CqImpl> impl) noexcept : impl_(std::move(impl)) {
   if (impl_) impl_->owner = this;
 }
 

@@ -29,7 +29,6 @@ Result<std::vector<DeviceInfo>> devices() {
   return out;
 }
 
-
 Result<Context> Context::open(const DeviceInfo& device) {
   verbs::DeviceConfig cfg;
   cfg.name = device.name;
@@ -56,8 +55,7 @@ Result<Context> Context::open(std::string_view name) {
     if (d.name == name) return open(d);
     names += (names.empty() ? "" : ", ") + d.name;
   }
-  return err::from_errno(ENODEV, "no device named '" + std::string(name) +
-                                     "' (UROCE_ADDR gives: " + names + ")");
+  return err::from_errno(ENODEV, "no device named '" + std::string(name) + "' (UROCE_ADDR gives: " + names + ")");
 }
 
 Context::Context(std::unique_ptr<detail::ContextImpl> impl) noexcept : impl_(std::move(impl)) {}
@@ -83,9 +81,8 @@ const PortAttributes& Context::port_attr() const noexcept { return impl_->port_a
 Result<IpAddr> Context::gid(unsigned index) const {
   const auto& gids = impl_->info.gids;
   if (index >= gids.size())
-    return err::inval("GID index " + std::to_string(index) + " is out of range (" + impl_->info.name +
-                      " has " + std::to_string(gids.size()) + " GID" +
-                      (gids.size() == 1 ? "" : "s") + ")");
+    return err::inval("GID index " + std::to_string(index) + " is out of range (" + impl_->info.name + " has " +
+                      std::to_string(gids.size()) + " GID" + (gids.size() == 1 ? "" : "s") + ")");
   return gids[index];
 }
 
@@ -132,8 +129,7 @@ Result<AsyncEvent> Context::get_async_event(int timeout_ms) {
     do r = ::poll(&p, 1, timeout_ms);
     while (r < 0 && errno == EINTR);
     if (r < 0) return err::from_errno(errno, "poll on the async event fd");
-    if (r == 0)
-      return err::from_errno(ETIMEDOUT, "no async event within " + std::to_string(timeout_ms) + " ms");
+    if (r == 0) return err::from_errno(ETIMEDOUT, "no async event within " + std::to_string(timeout_ms) + " ms");
   }
   auto ev = impl_->ctx->get_async_event();
   if (!ev.ok()) return ev.status();
@@ -188,8 +184,7 @@ Result<CompletionChannel> Context::create_comp_channel() {
 Result<CompletionQueue> Context::create_cq(uint32_t cqe, CompletionChannel* channel) {
   if (channel && !channel->impl_) return err::inval("create_cq: the completion channel was moved from");
   auto impl = std::make_unique<detail::CqImpl>();
-  auto cq = verbs::Cq::create(*impl_->ctx, cqe, channel ? channel->impl_->ch.get() : nullptr,
-                              impl.get());
+  auto cq = verbs::Cq::create(*impl_->ctx, cqe, channel ? channel->impl_->ch.get() : nullptr, impl.get());
   if (!cq.ok()) return cq.status();
   impl->cq = std::move(*cq);
   impl->ctx = impl_.get();

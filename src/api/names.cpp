@@ -41,11 +41,26 @@ const char* to_string(WrOpcode op) noexcept {
 }
 
 const char* to_string(AsyncEventType t) noexcept {
-  static constexpr const char* names[] = {
-      "CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST", "SQ_DRAINED", "PATH_MIG",
-      "PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR", "LID_CHANGE", "PKEY_CHANGE",
-      "SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED", "QP_LAST_WQE_REACHED", "CLIENT_REREGISTER",
-      "GID_CHANGE", "WQ_FATAL"};
+  static constexpr const char* names[] = {"CQ_ERR",
+                                          "QP_FATAL",
+                                          "QP_REQ_ERR",
+                                          "QP_ACCESS_ERR",
+                                          "COMM_EST",
+                                          "SQ_DRAINED",
+                                          "PATH_MIG",
+                                          "PATH_MIG_ERR",
+                                          "DEVICE_FATAL",
+                                          "PORT_ACTIVE",
+                                          "PORT_ERR",
+                                          "LID_CHANGE",
+                                          "PKEY_CHANGE",
+                                          "SM_CHANGE",
+                                          "SRQ_ERR",
+                                          "SRQ_LIMIT_REACHED",
+                                          "QP_LAST_WQE_REACHED",
+                                          "CLIENT_REREGISTER",
+                                          "GID_CHANGE",
+                                          "WQ_FATAL"};
   const auto i = uint32_t(t);
   return i < sizeof names / sizeof *names ? names[i] : "?";
 }

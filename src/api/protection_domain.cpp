@@ -10,8 +10,7 @@ namespace uroce {
 
 // ------------------------------------------------------------ ProtectionDomain
 
-ProtectionDomain::ProtectionDomain(std::unique_ptr<detail::PdImpl> impl) noexcept
-    : impl_(std::move(impl)) {}
+ProtectionDomain::ProtectionDomain(std::unique_ptr<detail::PdImpl> impl) noexcept : impl_(std::move(impl)) {}
 ProtectionDomain::ProtectionDomain(ProtectionDomain&&) noexcept = default;
 
 ProtectionDomain& ProtectionDomain::operator=(ProtectionDomain&& o) noexcept {
@@ -65,8 +64,8 @@ Result<QueuePair> ProtectionDomain::create_qp(const QpConfig& config) {
 
 Result<SharedReceiveQueue> ProtectionDomain::create_srq(const SrqConfig& config) {
   auto impl = std::make_unique<detail::SrqImpl>();
-  auto srq = verbs::Srq::create(*impl_->pd, verbs::SrqAttr{config.max_wr, config.max_sge, config.srq_limit},
-                                impl.get());
+  auto srq =
+      verbs::Srq::create(*impl_->pd, verbs::SrqAttr{config.max_wr, config.max_sge, config.srq_limit}, impl.get());
   if (!srq.ok()) return srq.status();
   impl->srq = std::move(*srq);
   impl->ctx = impl_->ctx;
@@ -92,9 +91,7 @@ MemoryRegion::~MemoryRegion() = default;
 uint32_t MemoryRegion::lkey() const noexcept { return impl_->mr->lkey(); }
 uint32_t MemoryRegion::rkey() const noexcept { return impl_->mr->rkey(); }
 uint64_t MemoryRegion::addr() const noexcept { return impl_->mr->iova(); }
-std::byte* MemoryRegion::data() const noexcept {
-  return reinterpret_cast<std::byte*>(uintptr_t(impl_->mr->addr()));
-}
+std::byte* MemoryRegion::data() const noexcept { return reinterpret_cast<std::byte*>(uintptr_t(impl_->mr->addr())); }
 size_t MemoryRegion::length() const noexcept { return size_t(impl_->mr->length()); }
 uint32_t MemoryRegion::access() const noexcept { return impl_->mr->access(); }
 

@@ -68,8 +68,8 @@ Status QueuePair::connect(const PeerInfo& peer, const ConnectOptions& o) {
   if (o.mtu) {
     mtu = *o.mtu;
   } else if (peer.mtu != 0) {
-    auto pm = mtu_from_bytes(std::min<uint32_t>(std::bit_floor(std::clamp<uint32_t>(peer.mtu, 256, 4096)),
-                                                c.port_attr.active_mtu_bytes));
+    auto pm = mtu_from_bytes(
+        std::min<uint32_t>(std::bit_floor(std::clamp<uint32_t>(peer.mtu, 256, 4096)), c.port_attr.active_mtu_bytes));
     if (pm.ok()) mtu = *pm;
   }
   if (!ud && peer.qpn == 0) return err::inval("connect: the peer's QP number is 0");
@@ -158,8 +158,7 @@ Status QueuePair::post_recv(const RecvWr& wr) { return post_recv(std::span<const
 
 // ------------------------------------------------------------ SharedReceiveQueue
 
-SharedReceiveQueue::SharedReceiveQueue(std::unique_ptr<detail::SrqImpl> impl) noexcept
-    : impl_(std::move(impl)) {
+SharedReceiveQueue::SharedReceiveQueue(std::unique_ptr<detail::SrqImpl> impl) noexcept : impl_(std::move(impl)) {
   if (impl_) impl_->owner = this;
 }
 
@@ -195,9 +194,7 @@ Status SharedReceiveQueue::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
   return s;
 }
 
-Status SharedReceiveQueue::post_recv(const RecvWr& wr) {
-  return post_recv(std::span<const RecvWr>(&wr, 1));
-}
+Status SharedReceiveQueue::post_recv(const RecvWr& wr) { return post_recv(std::span<const RecvWr>(&wr, 1)); }
 
 Status SharedReceiveQueue::arm_limit(uint32_t limit) {
   verbs::SrqAttr a;

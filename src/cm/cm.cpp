@@ -11,11 +11,11 @@ namespace uroce::cm {
 
 const char* to_string(EventType t) noexcept {
   static constexpr const char* kNames[] = {
-      "RDMA_CM_EVENT_ADDR_RESOLVED",    "RDMA_CM_EVENT_ADDR_ERROR",      "RDMA_CM_EVENT_ROUTE_RESOLVED",
-      "RDMA_CM_EVENT_ROUTE_ERROR",      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
-      "RDMA_CM_EVENT_CONNECT_ERROR",    "RDMA_CM_EVENT_UNREACHABLE",     "RDMA_CM_EVENT_REJECTED",
-      "RDMA_CM_EVENT_ESTABLISHED",      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
-      "RDMA_CM_EVENT_MULTICAST_JOIN",   "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
+      "RDMA_CM_EVENT_ADDR_RESOLVED",  "RDMA_CM_EVENT_ADDR_ERROR",      "RDMA_CM_EVENT_ROUTE_RESOLVED",
+      "RDMA_CM_EVENT_ROUTE_ERROR",    "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",  "RDMA_CM_EVENT_UNREACHABLE",     "RDMA_CM_EVENT_REJECTED",
+      "RDMA_CM_EVENT_ESTABLISHED",    "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
       "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
   const size_t i = size_t(t);
   return i < std::size(kNames) ? kNames[i] : "UNKNOWN EVENT";
@@ -23,9 +23,9 @@ const char* to_string(EventType t) noexcept {
 
 const char* to_string(State s) noexcept {
   static constexpr const char* kNames[] = {
-      "idle",     "addr_bound", "addr_resolved", "route_resolved", "listen",   "req_sent",
-      "mra_req_rcvd", "rep_rcvd", "req_rcvd",    "rep_sent",       "mra_rep_rcvd", "established",
-      "dreq_sent", "dreq_rcvd", "timewait",      "sidr_req_sent",  "sidr_req_rcvd", "closed"};
+      "idle",         "addr_bound", "addr_resolved", "route_resolved", "listen",        "req_sent",
+      "mra_req_rcvd", "rep_rcvd",   "req_rcvd",      "rep_sent",       "mra_rep_rcvd",  "established",
+      "dreq_sent",    "dreq_rcvd",  "timewait",      "sidr_req_sent",  "sidr_req_rcvd", "closed"};
   const size_t i = size_t(s);
   return i < std::size(kNames) ? kNames[i] : "?";
 }
@@ -128,12 +128,8 @@ void Cm::destroy_id(Id* id) noexcept {
         enter_timewait(*c);
         break;
       case State::dreq_sent:
-      case State::timewait:
-        c->id = nullptr;
-        break;
-      default:
-        close_conn(*c, false);
-        break;
+      case State::timewait: c->id = nullptr; break;
+      default: close_conn(*c, false); break;
     }
   }
   ids_.erase(id);

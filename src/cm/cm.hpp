@@ -62,8 +62,8 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <tuple>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "cm/gsi.hpp"
@@ -289,9 +289,9 @@ class Id {
   bool reuseaddr_ = false;
   bool afonly_ = false;
   int backlog_ = 0;
-  int pending_ = 0;             // listener: children not yet accepted or rejected
-  Id* listener_ = nullptr;      // child: its listener while pending
-  bool published_ = false;      // listener: in the Directory
+  int pending_ = 0;         // listener: children not yet accepted or rejected
+  Id* listener_ = nullptr;  // child: its listener while pending
+  bool published_ = false;  // listener: in the Directory
   QpControl* qp_ = nullptr;
   Conn* conn_ = nullptr;
 };
@@ -415,8 +415,8 @@ class Cm {
   // connections (cm_conn.cpp)
   void send(Conn& c, const MadBuf& mad) noexcept;
   void send_retried(Conn& c, Clock::duration timeout, int retries) noexcept;
-  void send_rej(GsiPort& port, const Endpoint& to, uint64_t tid, uint32_t local, uint32_t remote,
-                MsgRef msg, RejReason reason, std::span<const uint8_t> pd = {}) noexcept;
+  void send_rej(GsiPort& port, const Endpoint& to, uint64_t tid, uint32_t local, uint32_t remote, MsgRef msg,
+                RejReason reason, std::span<const uint8_t> pd = {}) noexcept;
   void send_rtu(Conn& c) noexcept;
   void send_drep(Conn& c) noexcept;
   void send_mra(Conn& c, MsgRef msg) noexcept;
@@ -470,10 +470,10 @@ class Cm {
   bool woke_ = false;
   std::vector<GsiPort*> ports_;
   std::set<Id*> ids_;
-  std::map<uint32_t, std::unique_ptr<Conn>> conns_;              // by local comm ID
-  std::map<std::pair<IpAddr, uint32_t>, Conn*> by_remote_;        // passive: (peer, its comm ID)
-  std::multimap<uint64_t, Id*> listeners_;                        // by service ID
-  struct Orphan {  // a REQ or SIDR_REQ waiting for its listener
+  std::map<uint32_t, std::unique_ptr<Conn>> conns_;         // by local comm ID
+  std::map<std::pair<IpAddr, uint32_t>, Conn*> by_remote_;  // passive: (peer, its comm ID)
+  std::multimap<uint64_t, Id*> listeners_;                  // by service ID
+  struct Orphan {                                           // a REQ or SIDR_REQ waiting for its listener
     GsiPort* port;
     MadBuf mad;
     Endpoint src;

@@ -58,7 +58,6 @@ bool overlap(const IpAddr& a, bool a_afonly, const IpAddr& b, bool b_afonly) {
   return covers(a, a_afonly, b) || covers(b, b_afonly, a);
 }
 
-
 }  // namespace
 
 // ------------------------------------------------------------------ devices
@@ -78,8 +77,7 @@ GsiPort* Cm::route_port(const IpAddr& dst) const noexcept {
   if (auto src = kernel_source(dst))
     if (GsiPort* p = port_for_address(*src)) return p;
   if (is_loopback(dst)) {
-    if (GsiPort* p = port_for_address(dst.is_v4() ? IpAddr::from_v4(0x7f000001) : *IpAddr::parse("::1")))
-      return p;
+    if (GsiPort* p = port_for_address(dst.is_v4() ? IpAddr::from_v4(0x7f000001) : *IpAddr::parse("::1"))) return p;
     for (GsiPort* p : ports_)
       if (is_loopback(p->address()) && p->address().is_v4() == dst.is_v4()) return p;
   }

@@ -69,8 +69,10 @@ void Cm::close_conn(Conn& c, bool keep_for_dups) noexcept {
   }
   c.state = State::closed;
   c.retries_left = 0;
-  if (keep_for_dups) c.deadline = now() + cfg_.timewait;
-  else drop_conn(&c);
+  if (keep_for_dups)
+    c.deadline = now() + cfg_.timewait;
+  else
+    drop_conn(&c);
 }
 
 void Cm::enter_timewait(Conn& c) noexcept {
@@ -181,13 +183,15 @@ void Cm::fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept {
       a.mask |= qp_mask::kPkeyIndex | qp_mask::kPort | (ud ? qp_mask::kQkey : qp_mask::kAccessFlags);
       a.pkey_index = 0;
       a.port_num = 1;
-      if (ud) a.qkey = qkey_for(id.ps_);
-      else a.qp_access_flags = kRemoteAccess;
+      if (ud)
+        a.qkey = qkey_for(id.ps_);
+      else
+        a.qp_access_flags = kRemoteAccess;
       break;
     case QpState::rtr:
       if (ud || !c) break;
-      a.mask |= qp_mask::kAv | qp_mask::kPathMtu | qp_mask::kDestQpn | qp_mask::kRqPsn |
-                qp_mask::kMaxDestRdAtomic | qp_mask::kMinRnrTimer;
+      a.mask |= qp_mask::kAv | qp_mask::kPathMtu | qp_mask::kDestQpn | qp_mask::kRqPsn | qp_mask::kMaxDestRdAtomic |
+                qp_mask::kMinRnrTimer;
       a.path_mtu = c->path_mtu;
       a.dest_qp_num = c->remote_qpn;
       a.rq_psn = c->local_psn;  // what our REQ/REP announced (see Conn::local_psn)
@@ -210,8 +214,7 @@ void Cm::fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept {
       a.rnr_retry = c->rnr_retry;
       a.max_rd_atomic = c->max_rd_atomic;
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -219,8 +222,7 @@ Status Cm::init_qp_attr(Id* id, QpAttrs& a) {
   OpLock g(*this);
   const bool ud = id->qp_type_ == QpType::ud;
   switch (a.qp_state) {
-    case QpState::init:
-      break;
+    case QpState::init: break;
     case QpState::rtr:
     case QpState::rts:
       if (ud) break;
@@ -230,8 +232,7 @@ Status Cm::init_qp_attr(Id* id, QpAttrs& a) {
         return err::inval(std::string("rdma_init_qp_attr: no connection parameters yet (the id is ") +
                           to_string(id->state_) + ")");
       break;
-    default:
-      return err::inval("rdma_init_qp_attr: only INIT, RTR and RTS have attributes");
+    default: return err::inval("rdma_init_qp_attr: only INIT, RTR and RTS have attributes");
   }
   fill_qp_attr(*id, id->conn_, a);
   return {};
@@ -291,11 +292,8 @@ Status Cm::disconnect(Id* id, bool* event_follows) {
       return {};
     case State::dreq_sent:
     case State::timewait:
-    case State::closed:
-      qp_to_err(*id);
-      return {};
-    default:
-      return err::inval(std::string("rdma_disconnect: not connected (the id is ") + to_string(st) + ")");
+    case State::closed: qp_to_err(*id); return {};
+    default: return err::inval(std::string("rdma_disconnect: not connected (the id is ") + to_string(st) + ")");
   }
 }
 
@@ -359,11 +357,8 @@ void Cm::on_conn_timer(Conn& c) noexcept {
       conn_event(c, EventType::unreachable, -ETIMEDOUT, {});
       close_conn(c, false);
       break;
-    case State::dreq_sent:
-      enter_timewait(c);
-      break;
-    default:
-      break;
+    case State::dreq_sent: enter_timewait(c); break;
+    default: break;
   }
 }
 

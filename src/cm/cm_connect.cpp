@@ -14,8 +14,7 @@ namespace uroce::cm {
 Status Cm::connect(Id* id, const ConnParam& p) {
   OpLock g(*this);
   if (id->state_ != State::route_resolved)
-    return err::inval(std::string("rdma_connect: the route is not resolved (the id is ") + to_string(id->state_) +
-                      ")");
+    return err::inval(std::string("rdma_connect: the route is not resolved (the id is ") + to_string(id->state_) + ")");
   return id->qp_type_ == QpType::ud ? connect_ud(*id, p) : connect_rc(*id, p);
 }
 
@@ -159,8 +158,8 @@ Status Cm::accept(Id* id, const ConnParam& p) {
     return {};
   }
   if (!c || c->state != State::req_rcvd)
-    return err::inval(std::string("rdma_accept: no connection request to accept (the id is ") +
-                      to_string(id->state_) + ")");
+    return err::inval(std::string("rdma_accept: no connection request to accept (the id is ") + to_string(id->state_) +
+                      ")");
   if (qpn == 0) return err::inval("rdma_accept: the id has no QP and conn_param gives no qp_num");
   if (p.private_data.size() > kRepPrivate)
     return err::inval("rdma_accept: " + std::to_string(p.private_data.size()) + " bytes of private data (at most " +
@@ -229,8 +228,7 @@ Status Cm::reject(Id* id, std::span<const uint8_t> pd) {
       encode(h, r, c->out);
       break;
     }
-    default:
-      return err::inval(std::string("rdma_reject: nothing to reject (the id is ") + to_string(c->state) + ")");
+    default: return err::inval(std::string("rdma_reject: nothing to reject (the id is ") + to_string(c->state) + ")");
   }
   c->has_out = true;
   send(*c, c->out);

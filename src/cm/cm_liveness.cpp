@@ -28,10 +28,8 @@ bool Cm::watched(const Conn& c) noexcept {
     case State::rep_sent:
     case State::mra_rep_rcvd:
     case State::established:
-    case State::dreq_sent:
-      return true;
-    default:
-      return false;
+    case State::dreq_sent: return true;
+    default: return false;
   }
 }
 
@@ -90,7 +88,6 @@ void Cm::peer_gone(Conn& c) noexcept {
   }
 }
 
-
 // ------------------------------------------------------------------ keep-alive
 //
 // Peers the registry cannot vouch for (Config::keepalive).  Probes go per
@@ -98,9 +95,7 @@ void Cm::peer_gone(Conn& c) noexcept {
 // comm IDs; a group first seen in a round is probed from the next one, so a
 // connection is probed only after it has been up a while.
 
-bool Cm::probed(const Conn& c) noexcept {
-  return c.peer_slot == 0 && !c.ud && c.state == State::established && c.id;
-}
+bool Cm::probed(const Conn& c) noexcept { return c.peer_slot == 0 && !c.ud && c.state == State::established && c.id; }
 
 void Cm::keepalive() noexcept {
   const Clock::time_point t = now();
@@ -140,14 +135,14 @@ void Cm::keepalive() noexcept {
     h.attr_mod = p.comm_id;
     MadBuf out;
     encode_class_port_info(h, 0, out);
-    UROCE_LOG(debug, "cm: keep-alive probe to %s for comm 0x%08x (%d unanswered)", p.to.to_string().c_str(),
-              p.comm_id, p.unanswered);
+    UROCE_LOG(debug, "cm: keep-alive probe to %s for comm 0x%08x (%d unanswered)", p.to.to_string().c_str(), p.comm_id,
+              p.unanswered);
     p.port->send(p.to, out);
     ++it;
   }
   for (const auto& key : gone) {
-    UROCE_LOG(info, "cm: %d keep-alive probes to %s unanswered: its connections end",
-              cfg_.keepalive_misses, Endpoint{std::get<0>(key), std::get<1>(key)}.to_string().c_str());
+    UROCE_LOG(info, "cm: %d keep-alive probes to %s unanswered: its connections end", cfg_.keepalive_misses,
+              Endpoint{std::get<0>(key), std::get<1>(key)}.to_string().c_str());
     probe_group_gone(key);
   }
 }
@@ -156,8 +151,7 @@ void Cm::probe_group_gone(const std::tuple<IpAddr, uint16_t, uint32_t>& key) noe
   probes_.erase(key);
   std::vector<uint32_t> ended;
   for (const auto& [local, c] : conns_)
-    if (probed(*c) && std::make_tuple(c->peer.addr, c->peer.port, c->remote_id >> 22) == key)
-      ended.push_back(local);
+    if (probed(*c) && std::make_tuple(c->peer.addr, c->peer.port, c->remote_id >> 22) == key) ended.push_back(local);
   for (uint32_t local : ended)
     if (Conn* c = conn_by_local(local)) peer_gone(*c);
 }

@@ -85,8 +85,10 @@ void Cm::retry_orphans(uint64_t sid, bool last_chance) noexcept {
     m.src_qp = kGsiQpn;
     MadHeader h;
     decode_header(o.mad, h);
-    if (AttrId(h.attr_id) == AttrId::req) recv_req(*o.port, m, h, last_chance);
-    else recv_sidr_req(*o.port, m, h, last_chance);
+    if (AttrId(h.attr_id) == AttrId::req)
+      recv_req(*o.port, m, h, last_chance);
+    else
+      recv_sidr_req(*o.port, m, h, last_chance);
   }
 }
 
@@ -107,9 +109,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
     return;
   }
   const Endpoint reply = reply_endpoint(mad.src, r.local_comm_id);
-  auto refuse = [&](RejReason why) {
-    send_rej(port, reply, h.tid, 0, r.local_comm_id, MsgRef::req, why);
-  };
+  auto refuse = [&](RejReason why) { send_rej(port, reply, h.tid, 0, r.local_comm_id, MsgRef::req, why); };
   if (r.transport_service_type > 1) return refuse(RejReason::invalid_transport_type);
   const bool ip = is_ip_service(r.service_id);
   IpCmHeader iph;
@@ -211,16 +211,14 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
   if (c->remote_id != 0 && c->remote_id != r.local_comm_id) return;  // not our peer's
   switch (c->state) {
     case State::req_sent:
-    case State::mra_req_rcvd:
-      break;
+    case State::mra_req_rcvd: break;
     case State::established:  // our RTU was lost
       send_rtu(*c);
       return;
     case State::rep_rcvd:  // the application has not established yet
       send_mra(*c, MsgRef::rep);
       return;
-    default:
-      return;
+    default: return;
   }
   c->remote_id = r.local_comm_id;
   c->remote_qpn = r.local_qpn;
@@ -286,8 +284,7 @@ void Cm::recv_rej(const GsiMad& mad) noexcept {
       conn_event(*c, EventType::rejected, r.reason, r.private_data);
       close_conn(*c, false);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -338,11 +335,8 @@ void Cm::recv_dreq(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcep
       enter_timewait(*c);
       break;
     case State::timewait:  // our DREP was lost
-    case State::closed:
-      send_drep(*c);
-      break;
-    default:
-      break;
+    case State::closed: send_drep(*c); break;
+    default: break;
   }
 }
 

@@ -32,7 +32,7 @@ struct Conn {
   IpAddr local_gid;  // our address on this connection
   IpAddr remote_gid;
   bool active = false;
-  bool ud = false;   // a SIDR exchange
+  bool ud = false;  // a SIDR exchange
   bool disconnect_reported = false;
   bool in_remote_index = false;
   State state = State::idle;

@@ -41,9 +41,9 @@ class GsiReceiver {
 class GsiPort {
  public:
   virtual ~GsiPort() = default;
-  virtual IpAddr address() const noexcept = 0;   // GID 0: the device's IP address
-  virtual Endpoint local() const noexcept = 0;   // the UDP endpoint it receives on
-  virtual uint32_t mtu() const noexcept = 0;     // active MTU in bytes
+  virtual IpAddr address() const noexcept = 0;  // GID 0: the device's IP address
+  virtual Endpoint local() const noexcept = 0;  // the UDP endpoint it receives on
+  virtual uint32_t mtu() const noexcept = 0;    // active MTU in bytes
   virtual uint64_t node_guid() const noexcept = 0;
   virtual uint8_t ack_delay() const noexcept = 0;  // local CA ACK delay (IBA time exponent)
   // Receives the MADs to QP1 from now on (nullptr: stop).  Takes effect

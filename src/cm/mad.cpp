@@ -32,9 +32,7 @@ bool read_gid(Reader& r, IpAddr& g) noexcept {
   g = IpAddr::from_bytes(raw);
   return true;
 }
-bool write_gid(Writer& w, const IpAddr& g) noexcept {
-  return w.bytes(std::span<const uint8_t>(g.bytes().data(), 16));
-}
+bool write_gid(Writer& w, const IpAddr& g) noexcept { return w.bytes(std::span<const uint8_t>(g.bytes().data(), 16)); }
 
 // A 24-bit value and an 8-bit one in one word.
 void split24(uint32_t word, uint32_t& hi24, uint8_t& lo8) noexcept {
@@ -64,9 +62,8 @@ std::span<uint8_t> data_out(MadBuf& out) noexcept {
 bool read_path(Reader& r, ReqPath& p) noexcept {
   uint32_t fl;
   uint8_t b42, b43;
-  if (!r.u16(p.local_lid) || !r.u16(p.remote_lid) || !read_gid(r, p.local_gid) ||
-      !read_gid(r, p.remote_gid) || !r.u32(fl) || !r.u8(p.traffic_class) || !r.u8(p.hop_limit) ||
-      !r.u8(b42) || !r.u8(b43))
+  if (!r.u16(p.local_lid) || !r.u16(p.remote_lid) || !read_gid(r, p.local_gid) || !read_gid(r, p.remote_gid) ||
+      !r.u32(fl) || !r.u8(p.traffic_class) || !r.u8(p.hop_limit) || !r.u8(b42) || !r.u8(b43))
     return false;
   p.flow_label = fl >> 12;
   p.packet_rate = uint8_t(fl & 0x3f);
@@ -78,8 +75,8 @@ bool read_path(Reader& r, ReqPath& p) noexcept {
 
 bool write_path(Writer& w, const ReqPath& p) noexcept {
   const uint32_t fl = (p.flow_label & 0xfffff) << 12 | (p.packet_rate & 0x3f);
-  return w.u16(p.local_lid) && w.u16(p.remote_lid) && write_gid(w, p.local_gid) &&
-         write_gid(w, p.remote_gid) && w.u32(fl) && w.u8(p.traffic_class) && w.u8(p.hop_limit) &&
+  return w.u16(p.local_lid) && w.u16(p.remote_lid) && write_gid(w, p.local_gid) && write_gid(w, p.remote_gid) &&
+         w.u32(fl) && w.u8(p.traffic_class) && w.u8(p.hop_limit) &&
          w.u8(uint8_t((p.sl & 0xf) << 4 | (p.subnet_local ? 1 : 0) << 3)) &&
          w.u8(uint8_t((p.local_ack_timeout & 0x1f) << 3));
 }
@@ -127,17 +124,16 @@ const char* to_string(AttrId id) noexcept {
 bool decode_header(std::span<const uint8_t> mad, MadHeader& out) noexcept {
   Reader r(mad);
   MadHeader h;
-  if (!r.u8(h.base_version) || !r.u8(h.mgmt_class) || !r.u8(h.class_version) || !r.u8(h.method) ||
-      !r.u16(h.status) || !r.u16(h.class_specific) || !r.u64(h.tid) || !r.u16(h.attr_id) ||
-      !r.u16(h.reserved) || !r.u32(h.attr_mod))
+  if (!r.u8(h.base_version) || !r.u8(h.mgmt_class) || !r.u8(h.class_version) || !r.u8(h.method) || !r.u16(h.status) ||
+      !r.u16(h.class_specific) || !r.u64(h.tid) || !r.u16(h.attr_id) || !r.u16(h.reserved) || !r.u32(h.attr_mod))
     return false;
   out = h;
   return true;
 }
 
 bool is_cm_send(const MadHeader& h) noexcept {
-  return h.base_version == kMadBaseVersion && h.mgmt_class == kMgmtClassCm &&
-         h.class_version == kCmClassVersion && h.method == kMethodSend;
+  return h.base_version == kMadBaseVersion && h.mgmt_class == kMgmtClassCm && h.class_version == kCmClassVersion &&
+         h.method == kMethodSend;
 }
 
 // ---------------------------------------------------------------- REQ
@@ -146,8 +142,8 @@ bool decode(std::span<const uint8_t> mad, Req& out) noexcept {
   return decode_body(mad, out, [](Reader& r, Req& m) {
     uint32_t w32;
     uint8_t b;
-    if (!r.u32(m.local_comm_id) || !r.skip(4) || !r.u64(m.service_id) || !r.u64(m.local_ca_guid) ||
-        !r.skip(4) || !r.u32(m.local_qkey))
+    if (!r.u32(m.local_comm_id) || !r.skip(4) || !r.u64(m.service_id) || !r.u64(m.local_ca_guid) || !r.skip(4) ||
+        !r.u32(m.local_qkey))
       return false;
     if (!r.u32(w32)) return false;
     split24(w32, m.local_qpn, m.responder_resources);
@@ -202,8 +198,7 @@ bool decode(std::span<const uint8_t> mad, Rep& out) noexcept {
   return decode_body(mad, out, [](Reader& r, Rep& m) {
     uint32_t w32;
     uint8_t b;
-    if (!r.u32(m.local_comm_id) || !r.u32(m.remote_comm_id) || !r.u32(m.local_qkey) || !r.u32(w32))
-      return false;
+    if (!r.u32(m.local_comm_id) || !r.u32(m.remote_comm_id) || !r.u32(m.local_qkey) || !r.u32(w32)) return false;
     split24(w32, m.local_qpn, b);
     if (!r.u32(w32)) return false;
     split24(w32, m.local_eecn, b);
@@ -291,8 +286,7 @@ void encode(MadHeader h, const Drep& m, MadBuf& out) noexcept {
 bool decode(std::span<const uint8_t> mad, Rej& out) noexcept {
   return decode_body(mad, out, [](Reader& r, Rej& m) {
     uint8_t b8, b9;
-    if (!r.u32(m.local_comm_id) || !r.u32(m.remote_comm_id) || !r.u8(b8) || !r.u8(b9) || !r.u16(m.reason))
-      return false;
+    if (!r.u32(m.local_comm_id) || !r.u32(m.remote_comm_id) || !r.u8(b8) || !r.u8(b9) || !r.u16(m.reason)) return false;
     m.msg_rejected = MsgRef(b8 >> 6);
     m.reject_info_length = b9 >> 1;
     return read_array(r, m.ari) && read_array(r, m.private_data);
@@ -335,8 +329,7 @@ void encode(MadHeader h, const Mra& m, MadBuf& out) noexcept {
 
 bool decode(std::span<const uint8_t> mad, SidrReq& out) noexcept {
   return decode_body(mad, out, [](Reader& r, SidrReq& m) {
-    return r.u32(m.request_id) && r.u16(m.pkey) && r.skip(2) && r.u64(m.service_id) &&
-           read_array(r, m.private_data);
+    return r.u32(m.request_id) && r.u16(m.pkey) && r.skip(2) && r.u64(m.service_id) && read_array(r, m.private_data);
   });
 }
 
@@ -354,12 +347,10 @@ bool decode(std::span<const uint8_t> mad, SidrRep& out) noexcept {
   return decode_body(mad, out, [](Reader& r, SidrRep& m) {
     uint32_t w32;
     uint8_t b;
-    if (!r.u32(m.request_id) || !r.u8(m.status) || !r.u8(m.additional_info_length) || !r.skip(2) ||
-        !r.u32(w32))
+    if (!r.u32(m.request_id) || !r.u8(m.status) || !r.u8(m.additional_info_length) || !r.skip(2) || !r.u32(w32))
       return false;
     split24(w32, m.qpn, b);
-    return r.u64(m.service_id) && r.u32(m.qkey) && read_array(r, m.class_port_info) &&
-           read_array(r, m.private_data);
+    return r.u64(m.service_id) && r.u32(m.qkey) && read_array(r, m.class_port_info) && read_array(r, m.private_data);
   });
 }
 
@@ -425,8 +416,10 @@ bool encode_ip_header(const IpCmHeader& h, std::span<uint8_t> out) noexcept {
   out[1] = uint8_t((h.ip_version & 0xf) << 4);
   wire::store_be16(&out[2], h.src_port);
   auto addr = [&](size_t off, const IpAddr& a) {
-    if (h.ip_version == 4) wire::store_be32(&out[off + 12], a.v4());
-    else std::memcpy(&out[off], a.bytes().data(), 16);
+    if (h.ip_version == 4)
+      wire::store_be32(&out[off + 12], a.v4());
+    else
+      std::memcpy(&out[off], a.bytes().data(), 16);
   };
   addr(4, h.src);
   addr(20, h.dst);

@@ -108,13 +108,13 @@ struct MadHeader {
 struct ReqPath {
   uint16_t local_lid = 0;
   uint16_t remote_lid = 0;
-  IpAddr local_gid;   // the 16 bytes as carried (RoCEv2: ::ffff:a.b.c.d for IPv4)
+  IpAddr local_gid;  // the 16 bytes as carried (RoCEv2: ::ffff:a.b.c.d for IPv4)
   IpAddr remote_gid;
   uint32_t flow_label = 0;  // 20 bits
   uint8_t packet_rate = 0;  // 6 bits
   uint8_t traffic_class = 0;
   uint8_t hop_limit = 0;
-  uint8_t sl = 0;           // 4 bits
+  uint8_t sl = 0;  // 4 bits
   bool subnet_local = false;
   uint8_t local_ack_timeout = 0;  // 5 bits
 
@@ -372,15 +372,13 @@ inline constexpr uint16_t kRoceV2Port = 4791;
 
 // The service ID of an IP-addressed rdma_cm port: 0x0000000001 | PS (8
 // bits of 0x0106 etc. after the leading 0x01) | port, i.e. ps << 16 | port.
-inline constexpr uint64_t service_id(uint16_t ps, uint16_t port) noexcept {
-  return uint64_t(ps) << 16 | port;
-}
+inline constexpr uint64_t service_id(uint16_t ps, uint16_t port) noexcept { return uint64_t(ps) << 16 | port; }
 inline constexpr uint16_t service_ps(uint64_t sid) noexcept { return uint16_t(sid >> 16); }
 inline constexpr uint16_t service_port(uint64_t sid) noexcept { return uint16_t(sid); }
 // Whether a service ID is in rdma_cm's IP range (those carry the header below).
 inline constexpr bool is_ip_service(uint64_t sid) noexcept {
-  return (sid >> 32) == 0 && ((sid >> 16) == kPsTcp || (sid >> 16) == kPsUdp ||
-                              (sid >> 16) == kPsIb || (sid >> 16) == kPsIpoib);
+  return (sid >> 32) == 0 &&
+         ((sid >> 16) == kPsTcp || (sid >> 16) == kPsUdp || (sid >> 16) == kPsIb || (sid >> 16) == kPsIpoib);
 }
 
 //  IP CM private data header (IBA annex A11.6), first 36 bytes of a REQ's or
@@ -404,9 +402,7 @@ bool decode_ip_header(std::span<const uint8_t> private_data, IpCmHeader& out) no
 bool encode_ip_header(const IpCmHeader& h, std::span<uint8_t> out) noexcept;
 
 // Microseconds of an IBA time value: 4.096 us * 2^exp (exp 0..31).
-inline constexpr uint64_t iba_time_us(uint8_t exp) noexcept {
-  return (uint64_t(4096) << (exp & 31)) / 1000;
-}
+inline constexpr uint64_t iba_time_us(uint8_t exp) noexcept { return (uint64_t(4096) << (exp & 31)) / 1000; }
 
 // One line describing a decoded MAD (logs, test failures).
 std::string describe(std::span<const uint8_t> mad);

@@ -16,8 +16,7 @@ inline bool enabled(Level l) noexcept { return static_cast<int>(l) <= static_cas
 
 }  // namespace uroce::log
 
-#define UROCE_LOG(lvl, ...)                                                   \
-  do {                                                                        \
-    if (::uroce::log::enabled(::uroce::log::Level::lvl))                      \
-      ::uroce::log::write(::uroce::log::Level::lvl, __VA_ARGS__);             \
+#define UROCE_LOG(lvl, ...)                                                                                          \
+  do {                                                                                                               \
+    if (::uroce::log::enabled(::uroce::log::Level::lvl)) ::uroce::log::write(::uroce::log::Level::lvl, __VA_ARGS__); \
   } while (0)

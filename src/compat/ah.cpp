@@ -93,14 +93,11 @@ UROCE_C_API int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_
   const char* verb = "ibv_init_ah_from_wc";
   std::memset(ah_attr, 0, sizeof *ah_attr);
   if (port_num != 1) return fail(verb, EINVAL, "port_num must be 1");
-  if (!(wc->wc_flags & IBV_WC_GRH) || !grh)
-    return fail(verb, EINVAL, "RoCE needs the GRH of the received message");
+  if (!(wc->wc_flags & IBV_WC_GRH) || !grh) return fail(verb, EINVAL, "RoCE needs the GRH of the received message");
   const auto* b = reinterpret_cast<const uint8_t*>(grh);
   IpAddr src, dst;
   if ((b[20] >> 4) == 4) {
-    auto v4 = [](const uint8_t* p) {
-      return IpAddr::from_v4(uint32_t(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3]);
-    };
+    auto v4 = [](const uint8_t* p) { return IpAddr::from_v4(uint32_t(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3]); };
     src = v4(b + 20 + 12);
     dst = v4(b + 20 + 16);
     ah_attr->grh.traffic_class = b[20 + 1];

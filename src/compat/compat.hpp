@@ -127,11 +127,11 @@ struct Qp {
   WrBuilder* wr;  // created with the QP
 };
 
-static_assert(std::is_standard_layout_v<Context> && std::is_standard_layout_v<Cq> &&
-              std::is_standard_layout_v<Qp> && std::is_standard_layout_v<Srq>);
-static_assert(offsetof(Cq, ex) == 0 && offsetof(Qp, ex) == 0 && offsetof(Pd, pd) == 0 &&
-              offsetof(Mr, mr) == 0 && offsetof(Srq, srq) == 0 && offsetof(Ah, ah) == 0 &&
-              offsetof(Channel, ch) == 0 && offsetof(Device, dev) == 0);
+static_assert(std::is_standard_layout_v<Context> && std::is_standard_layout_v<Cq> && std::is_standard_layout_v<Qp> &&
+              std::is_standard_layout_v<Srq>);
+static_assert(offsetof(Cq, ex) == 0 && offsetof(Qp, ex) == 0 && offsetof(Pd, pd) == 0 && offsetof(Mr, mr) == 0 &&
+              offsetof(Srq, srq) == 0 && offsetof(Ah, ah) == 0 && offsetof(Channel, ch) == 0 &&
+              offsetof(Device, dev) == 0);
 
 inline Context* to_ctx(ibv_context* c) noexcept {
   return reinterpret_cast<Context*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));

@@ -35,8 +35,8 @@ static_assert(verbs::wc_flags::kGrh == IBV_WC_GRH && verbs::wc_flags::kWithImm =
 // What ibv_wc_read_* can return: everything a struct ibv_wc holds.
 constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 
-ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq_context,
-                  ibv_comp_channel* channel, uint32_t comp_vector) {
+ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
+                  uint32_t comp_vector) {
   Context* c = to_ctx(context);
   if (comp_vector >= uint32_t(context->num_comp_vectors))
     return fail_null<ibv_cq_ex>(verb, EINVAL, "comp_vector must be below num_comp_vectors (1)");
@@ -149,8 +149,7 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   Cq* q = to_cq(cq);
   int got = 0;
   if (q->ex_pos < q->ex_cnt) [[unlikely]] {  // left by ibv_end_poll on a cq_ex
-    while (got < num_entries && q->ex_pos < q->ex_cnt)
-      std::memcpy(&wc[got++], &q->ex_buf[q->ex_pos++], sizeof(ibv_wc));
+    while (got < num_entries && q->ex_pos < q->ex_cnt) std::memcpy(&wc[got++], &q->ex_buf[q->ex_pos++], sizeof(ibv_wc));
     if (got == num_entries) return got;
   }
   auto n = q->core->poll({reinterpret_cast<verbs::Wc*>(wc + got), size_t(num_entries - got)});
@@ -174,8 +173,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EINVAL, "unknown comp_mask bits");
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && attr->parent_domain)
     return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EOPNOTSUPP, "parent domains are not supported");
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-      (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
     return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EOPNOTSUPP,
                                 "IGNORE_OVERRUN is not supported (an overrun is always reported)");
   return create("ibv_create_cq_ex", context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector);

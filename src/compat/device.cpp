@@ -48,8 +48,7 @@ const DeviceList& device_list() {
       d->dev.transport_type = IBV_TRANSPORT_IB;  // RoCE devices report IB transport
       std::snprintf(d->dev.name, sizeof d->dev.name, "%s", c.name.c_str());
       std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "%s", c.name.c_str());
-      std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/%s",
-                    c.name.c_str());
+      std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/%s", c.name.c_str());
       std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/%s", c.name.c_str());
       l->devices.push_back(d);
     }
@@ -169,13 +168,11 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   // On-demand paging: registration needs no pinning; pages are checked
   // (and faulted in) when a packet touches them.  Implicit ODP too.
   a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
-  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
-                                              IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
-                                              IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.uc_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
-  a.odp_caps.per_transport_caps.ud_odp_caps =
-      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = 1;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
@@ -253,9 +250,7 @@ UROCE_C_API const char* ibv_get_device_name(ibv_device* device) { return device-
 
 UROCE_C_API int ibv_get_device_index(ibv_device* device) { return to_dev(device)->index; }
 
-UROCE_C_API __be64 ibv_get_device_guid(ibv_device* device) {
-  return htobe64(verbs::node_guid(*to_dev(device)->cfg));
-}
+UROCE_C_API __be64 ibv_get_device_guid(ibv_device* device) { return htobe64(verbs::node_guid(*to_dev(device)->cfg)); }
 
 UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
   Device* d = to_dev(device);
@@ -294,8 +289,7 @@ UROCE_C_API int ibv_close_device(ibv_context* context) {
     // rdma-core lets the kernel clean up after a program that closes a
     // device with objects still open; here they would point into a dead
     // context, so it stays (with them) until the process exits.
-    UROCE_LOG(warn, "ibv_close_device: %d PD/CQ/channel(s) still open; the device stays open",
-              c->children.load());
+    UROCE_LOG(warn, "ibv_close_device: %d PD/CQ/channel(s) still open; the device stays open", c->children.load());
     return 0;
   }
   delete c->core;
@@ -313,8 +307,7 @@ UROCE_C_API int ibv_query_device(ibv_context* context, ibv_device_attr* device_a
 // The exported ibv_query_port receives the older, shorter port attributes
 // (verbs.h's inline wrapper only calls it when the context has no
 // query_port op): nothing past `flags` is written.
-UROCE_C_API int ibv_query_port(ibv_context* context, uint8_t port_num,
-                               struct _compat_ibv_port_attr* port_attr) {
+UROCE_C_API int ibv_query_port(ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* port_attr) {
   return query_port_ex(context, port_num, reinterpret_cast<ibv_port_attr*>(port_attr),
                        offsetof(ibv_port_attr, port_cap_flags2));
 }
@@ -328,8 +321,8 @@ UROCE_C_API int ibv_query_gid(ibv_context* context, uint8_t port_num, int index,
   return 0;
 }
 
-UROCE_C_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
-                                  ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+UROCE_C_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
+                                  uint32_t flags, size_t entry_size) {
   if (flags) return fail("ibv_query_gid_ex", EINVAL, "flags must be 0");
   if (!gid_ok(context, port_num, gid_index, "ibv_query_gid_ex")) return EINVAL;
   ibv_gid_entry e;

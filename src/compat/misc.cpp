@@ -2,9 +2,9 @@
 // names of enum values (ibv_wc_status_str, ibv_event_type_str, ...), the
 // static-rate conversions, and the copies between verbs structs and the
 // kernel's uverbs/SA structs (librdmacm calls them).
+#include <infiniband/sa.h>
 #include <rdma/ib_user_sa.h>
 #include <rdma/ib_user_verbs.h>
-#include <infiniband/sa.h>
 
 #include <cstring>
 

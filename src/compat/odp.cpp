@@ -11,8 +11,7 @@
 
 namespace uroce::compat {
 
-int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t /*flags*/, ibv_sge* sg_list,
-              uint32_t num_sges) {
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t /*flags*/, ibv_sge* sg_list, uint32_t num_sges) {
   if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
       advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
     return fail("ibv_advise_mr", EOPNOTSUPP, "unknown advice");
@@ -21,8 +20,7 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t /*flags*/, ibv_s
   for (uint32_t i = 0; i < num_sges; ++i) {
     const ibv_sge& s = sg_list[i];
     const verbs::Mr* mr = verbs::MrTable::instance().lookup(s.lkey, verbs::KeyKind::local);
-    if (!mr || mr->pd() != p->core)
-      return fail("ibv_advise_mr", EINVAL, "lkey is not a memory region of this PD");
+    if (!mr || mr->pd() != p->core) return fail("ibv_advise_mr", EINVAL, "lkey is not a memory region of this PD");
     if (!(mr->access() & verbs::access::kOnDemand))
       return fail("ibv_advise_mr", EOPNOTSUPP, "only on-demand memory regions take advice");
     if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) continue;

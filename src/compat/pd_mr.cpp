@@ -71,15 +71,13 @@ UROCE_C_API ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint6
   return reg("ibv_reg_mr_iova", pd, addr, length, iova, unsigned(access));
 }
 
-UROCE_C_API ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
-                                     unsigned int access) {
+UROCE_C_API ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
   return reg("ibv_reg_mr_iova2", pd, addr, length, iova, access);
 }
 
-UROCE_C_API ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, size_t /*length*/,
-                                      uint64_t /*iova*/, int /*fd*/, int /*access*/) {
-  return fail_null<ibv_mr>("ibv_reg_dmabuf_mr", EOPNOTSUPP,
-                           "dma-buf memory is device memory; uroce has none");
+UROCE_C_API ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, size_t /*length*/, uint64_t /*iova*/,
+                                      int /*fd*/, int /*access*/) {
+  return fail_null<ibv_mr>("ibv_reg_dmabuf_mr", EOPNOTSUPP, "dma-buf memory is device memory; uroce has none");
 }
 
 // The region changes in place and keeps its lkey and rkey, as with kernel
@@ -96,8 +94,7 @@ UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size
   const size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
   const unsigned new_access =
       (flags & IBV_REREG_MR_CHANGE_ACCESS) ? unsigned(access) & ~kOptionalIgnored : m->core->access();
-  const uint64_t iova =
-      (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(addr) : m->core->iova();
+  const uint64_t iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(addr) : m->core->iova();
   if (!new_pd || new_pd->context != mr->context) {
     fail("ibv_rereg_mr", EINVAL, "the new PD must belong to the MR's context");
     return IBV_REREG_MR_ERR_INPUT;
@@ -155,8 +152,6 @@ ibv_mw* alloc_mw(ibv_pd* /*pd*/, ibv_mw_type /*type*/) {
 int bind_mw(ibv_qp* /*qp*/, ibv_mw* /*mw*/, ibv_mw_bind* /*bind*/) {
   return fail("ibv_bind_mw", EOPNOTSUPP, "memory windows are not supported");
 }
-int dealloc_mw(ibv_mw* /*mw*/) {
-  return fail("ibv_dealloc_mw", EOPNOTSUPP, "memory windows are not supported");
-}
+int dealloc_mw(ibv_mw* /*mw*/) { return fail("ibv_dealloc_mw", EOPNOTSUPP, "memory windows are not supported"); }
 
 }  // namespace uroce::compat

@@ -14,16 +14,13 @@
 namespace uroce::compat {
 namespace {
 
-static_assert(sizeof(ibv_sge) == sizeof(verbs::Sge) &&
-              offsetof(ibv_sge, addr) == offsetof(verbs::Sge, addr) &&
+static_assert(sizeof(ibv_sge) == sizeof(verbs::Sge) && offsetof(ibv_sge, addr) == offsetof(verbs::Sge, addr) &&
               offsetof(ibv_sge, length) == offsetof(verbs::Sge, length) &&
               offsetof(ibv_sge, lkey) == offsetof(verbs::Sge, lkey));
 static_assert(int(verbs::WrOpcode::send_with_inv) == IBV_WR_SEND_WITH_INV &&
               int(verbs::WrOpcode::atomic_fetch_and_add) == IBV_WR_ATOMIC_FETCH_AND_ADD);
-static_assert(verbs::send_flags::kInline == IBV_SEND_INLINE &&
-              verbs::send_flags::kSignaled == IBV_SEND_SIGNALED &&
-              verbs::send_flags::kSolicited == IBV_SEND_SOLICITED &&
-              verbs::send_flags::kFence == IBV_SEND_FENCE);
+static_assert(verbs::send_flags::kInline == IBV_SEND_INLINE && verbs::send_flags::kSignaled == IBV_SEND_SIGNALED &&
+              verbs::send_flags::kSolicited == IBV_SEND_SOLICITED && verbs::send_flags::kFence == IBV_SEND_FENCE);
 
 constexpr size_t kBatch = 16;
 
@@ -159,16 +156,14 @@ int post_recv_chain(const char* verb, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, Pos
 
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   verbs::Qp& core = *to_qp(qp)->core;
-  return post_recv_chain("ibv_post_recv", wr, bad_wr, [&](std::span<const verbs::RecvWr> wrs, size_t* done) {
-    return core.post_recv(wrs, done);
-  });
+  return post_recv_chain("ibv_post_recv", wr, bad_wr,
+                         [&](std::span<const verbs::RecvWr> wrs, size_t* done) { return core.post_recv(wrs, done); });
 }
 
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   verbs::Srq& core = *to_srq(srq)->core;
-  return post_recv_chain(
-      "ibv_post_srq_recv", wr, bad_wr,
-      [&](std::span<const verbs::RecvWr> wrs, size_t* done) { return core.post_recv(wrs, done); });
+  return post_recv_chain("ibv_post_srq_recv", wr, bad_wr,
+                         [&](std::span<const verbs::RecvWr> wrs, size_t* done) { return core.post_recv(wrs, done); });
 }
 
 }  // namespace uroce::compat

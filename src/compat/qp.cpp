@@ -35,12 +35,10 @@ ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
     case IBV_QPT_XRC_SEND:
     case IBV_QPT_XRC_RECV:
     case IBV_QPT_RAW_PACKET:
-    case IBV_QPT_DRIVER:
-      return fail_null<ibv_qp>(verb, EOPNOTSUPP, "XRC, raw packet and driver QPs are not supported");
+    case IBV_QPT_DRIVER: return fail_null<ibv_qp>(verb, EOPNOTSUPP, "XRC, raw packet and driver QPs are not supported");
     default: return fail_null<ibv_qp>(verb, EINVAL, "unknown qp_type");
   }
-  if (!a.send_cq || !a.recv_cq)
-    return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a send CQ and a receive CQ");
+  if (!a.send_cq || !a.recv_cq) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a send CQ and a receive CQ");
   if (a.send_cq->context != pd->context || a.recv_cq->context != pd->context ||
       (a.srq && a.srq->context != pd->context))
     return fail_null<ibv_qp>(verb, EINVAL, "CQs and SRQ must belong to the PD's context");
@@ -49,8 +47,7 @@ ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
   init.send_cq = to_cq(a.send_cq)->core;
   init.recv_cq = to_cq(a.recv_cq)->core;
   init.srq = a.srq ? to_srq(a.srq)->core : nullptr;
-  init.cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge,
-              a.cap.max_inline_data};
+  init.cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data};
   init.sq_sig_all = a.sq_sig_all != 0;
   auto* q = new Qp{};
   init.user_context = q;
@@ -85,13 +82,12 @@ ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   const char* verb = "ibv_create_qp_ex";
   constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
-                              IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
-                              IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+                              IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
+                              IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   const uint32_t mask = attr->comp_mask;
   if (mask & ~kKnown) return fail_null<ibv_qp>(verb, EINVAL, "unknown comp_mask bits");
   if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a PD");
-  if (attr->pd->context != context)
-    return fail_null<ibv_qp>(verb, EINVAL, "the PD belongs to another context");
+  if (attr->pd->context != context) return fail_null<ibv_qp>(verb, EINVAL, "the PD belongs to another context");
   if (mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
     return fail_null<ibv_qp>(verb, EOPNOTSUPP, "XRC domains and RSS are not supported");
   if ((mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header)
@@ -167,8 +163,7 @@ UROCE_C_API int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, i
   attr->sq_psn = a.sq_psn;
   attr->dest_qp_num = a.dest_qp_num;
   attr->qp_access_flags = a.qp_access_flags;
-  attr->cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge,
-               a.cap.max_inline_data};
+  attr->cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data};
   from_core_ah(a.ah_attr, attr->ah_attr);
   attr->pkey_index = a.pkey_index;
   attr->en_sqd_async_notify = a.en_sqd_async_notify;

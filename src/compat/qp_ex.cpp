@@ -132,17 +132,13 @@ void wr_send_imm(ibv_qp_ex* qp, __be32 imm) { begin(qp, verbs::WrOpcode::send_wi
 
 void wr_send_inv(ibv_qp_ex* qp, uint32_t rkey) { begin(qp, verbs::WrOpcode::send_with_inv).imm_data = rkey; }
 
-void wr_rdma_write(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) {
-  begin(qp, verbs::WrOpcode::rdma_write, addr, rkey);
-}
+void wr_rdma_write(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) { begin(qp, verbs::WrOpcode::rdma_write, addr, rkey); }
 
 void wr_rdma_write_imm(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, __be32 imm) {
   begin(qp, verbs::WrOpcode::rdma_write_with_imm, addr, rkey).imm_data = imm;
 }
 
-void wr_rdma_read(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) {
-  begin(qp, verbs::WrOpcode::rdma_read, addr, rkey);
-}
+void wr_rdma_read(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) { begin(qp, verbs::WrOpcode::rdma_read, addr, rkey); }
 
 void wr_atomic_cmp_swp(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
   verbs::SendWr& w = begin(qp, verbs::WrOpcode::atomic_cmp_and_swp, addr, rkey);

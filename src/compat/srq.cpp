@@ -6,8 +6,7 @@
 namespace uroce::compat {
 namespace {
 
-static_assert(verbs::srq_attr_mask::kMaxWr == IBV_SRQ_MAX_WR &&
-              verbs::srq_attr_mask::kLimit == IBV_SRQ_LIMIT);
+static_assert(verbs::srq_attr_mask::kMaxWr == IBV_SRQ_MAX_WR && verbs::srq_attr_mask::kLimit == IBV_SRQ_LIMIT);
 
 ibv_srq* create(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr& attr) {
   Context* c = to_ctx(pd->context);
@@ -61,10 +60,9 @@ UROCE_C_API ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr
 }
 
 UROCE_C_API int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
-  if (srq_attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
-    return fail("ibv_modify_srq", EINVAL, "unknown mask bits");
-  Status s = to_srq(srq)->core->modify({srq_attr->max_wr, srq_attr->max_sge, srq_attr->srq_limit},
-                                       uint32_t(srq_attr_mask));
+  if (srq_attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return fail("ibv_modify_srq", EINVAL, "unknown mask bits");
+  Status s =
+      to_srq(srq)->core->modify({srq_attr->max_wr, srq_attr->max_sge, srq_attr->srq_limit}, uint32_t(srq_attr_mask));
   return s.ok() ? 0 : fail("ibv_modify_srq", s);
 }
 

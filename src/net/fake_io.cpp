@@ -13,15 +13,13 @@ namespace uroce::net {
 
 // An attached endpoint's receive side.
 struct FakeNetwork::Port {
-  UniqueFd efd;           // readable (counter 1) while deliverable packets wait
+  UniqueFd efd;  // readable (counter 1) while deliverable packets wait
   bool signalled = false;
   bool held = false;
   std::deque<FakePacket> q;
 };
 
-std::shared_ptr<FakeNetwork> FakeNetwork::create() {
-  return std::shared_ptr<FakeNetwork>(new FakeNetwork());
-}
+std::shared_ptr<FakeNetwork> FakeNetwork::create() { return std::shared_ptr<FakeNetwork>(new FakeNetwork()); }
 
 FakeNetwork::~FakeNetwork() = default;
 
@@ -52,8 +50,7 @@ Result<std::unique_ptr<FakeIo>> FakeNetwork::attach(const Endpoint& want, size_t
   if (find(ep)) return err::exist("fake endpoint " + ep.to_string() + " is already attached");
   auto port = std::make_unique<Port>();
   port->efd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!port->efd.valid())
-    return err::from_errno(errno, std::string("eventfd: ") + std::strerror(errno));
+  if (!port->efd.valid()) return err::from_errno(errno, std::string("eventfd: ") + std::strerror(errno));
   const int fd = port->efd.get();
   ports_.emplace(ep, std::move(port));
   return std::unique_ptr<FakeIo>(new FakeIo(shared_from_this(), ep, max_payload, fd));
@@ -212,8 +209,8 @@ size_t FakeIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   size_t first = 0;
   // Hand over runs of acceptable packets; refuse oversize / wrong-family ones.
   for (size_t i = 0; i <= pkts.size(); ++i) {
-    const bool bad = i < pkts.size() && (pkts[i].size() > max_payload_ ||
-                                         pkts[i].dst.addr.is_v4() != local_.addr.is_v4());
+    const bool bad =
+        i < pkts.size() && (pkts[i].size() > max_payload_ || pkts[i].dst.addr.is_v4() != local_.addr.is_v4());
     if (i < pkts.size() && !bad) continue;
     if (i > first) {
       net_->send(local_, pkts.subspan(first, i - first));

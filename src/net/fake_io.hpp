@@ -127,7 +127,7 @@ class FakeIo final : public PacketIo {
   std::shared_ptr<FakeNetwork> net_;
   Endpoint local_;
   size_t max_payload_;
-  int wait_fd_;  // owned by the hub's Port
+  int wait_fd_;                   // owned by the hub's Port
   std::vector<FakePacket> last_;  // the buffers behind the last recv_batch
   IoStats stats_;
 };

@@ -78,9 +78,8 @@ struct OpName {
   uint32_t bits;
 };
 constexpr OpName kOpNames[] = {
-    {"data", fault_ops::kData}, {"read", fault_ops::kRead}, {"atomic", fault_ops::kAtomic},
-    {"ack", fault_ops::kAck},   {"ud", fault_ops::kUd},     {"other", fault_ops::kOther},
-    {"all", fault_ops::kAll},
+    {"data", fault_ops::kData}, {"read", fault_ops::kRead},   {"atomic", fault_ops::kAtomic}, {"ack", fault_ops::kAck},
+    {"ud", fault_ops::kUd},     {"other", fault_ops::kOther}, {"all", fault_ops::kAll},
 };
 
 // Applies one rate item (key without direction prefix) to `r`.
@@ -102,8 +101,7 @@ Status apply_rate(std::string_view item, std::string_view key, std::string_view 
     r.reorder = p;
     if (!param.empty()) {
       uint64_t n;
-      if (!parse_u64(param, n) || n < 1 || n > 4096)
-        return bad(item, "the reorder distance must be 1..4096 packets");
+      if (!parse_u64(param, n) || n < 1 || n > 4096) return bad(item, "the reorder distance must be 1..4096 packets");
       r.reorder_max = uint32_t(n);
     }
     return {};
@@ -141,10 +139,14 @@ Result<FaultConfig> parse_faults(std::string_view spec) {
     if (key == "seed") {
       if (!parse_u64(val, cfg.seed)) return bad(item, "the seed must be an unsigned integer");
     } else if (key == "dir") {
-      if (val == "tx") to_tx = true, to_rx = false;
-      else if (val == "rx") to_tx = false, to_rx = true;
-      else if (val == "both") to_tx = to_rx = true;
-      else return bad(item, "dir must be tx, rx or both");
+      if (val == "tx")
+        to_tx = true, to_rx = false;
+      else if (val == "rx")
+        to_tx = false, to_rx = true;
+      else if (val == "both")
+        to_tx = to_rx = true;
+      else
+        return bad(item, "dir must be tx, rx or both");
     } else if (key == "ops") {
       uint32_t ops = 0;
       size_t p = 0;
@@ -156,8 +158,9 @@ Result<FaultConfig> parse_faults(std::string_view spec) {
         bool found = false;
         for (const OpName& o : kOpNames)
           if (name == o.name) ops |= o.bits, found = true;
-        if (!found) return bad(item, "unknown packet class '" + std::string(name) +
-                                         "' (data, read, atomic, ack, ud, other, all)");
+        if (!found)
+          return bad(item,
+                     "unknown packet class '" + std::string(name) + "' (data, read, atomic, ack, ud, other, all)");
       }
       cfg.ops = ops;
     } else if (key.starts_with("tx.")) {

@@ -102,8 +102,7 @@ Result<std::unique_ptr<FaultIo>> FaultIo::wrap(std::unique_ptr<PacketIo> inner, 
   return io;
 }
 
-FaultIo::FaultIo(std::unique_ptr<PacketIo> inner, const FaultConfig& cfg)
-    : inner_(std::move(inner)), cfg_(cfg) {
+FaultIo::FaultIo(std::unique_ptr<PacketIo> inner, const FaultConfig& cfg) : inner_(std::move(inner)), cfg_(cfg) {
   tx_rng_.seed(cfg.seed ^ 0x7478000000000000ull);  // "tx"
   rx_rng_.seed(cfg.seed ^ 0x7278000000000000ull);  // "rx"
   cfg_.tx.reorder_max = std::max<uint32_t>(1, cfg_.tx.reorder_max);
@@ -362,8 +361,7 @@ size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
     const size_t m = inner_->recv_batch(std::span<RxPacket>(rx_in_.data(), want));
     for (size_t i = 0; i < m; ++i) {
       const RxPacket& p = rx_in_[i];
-      if (!cfg_.rx.any() || p.truncated ||
-          !(cfg_.ops & fault_class(p.data.empty() ? 0 : p.data[0], p.data.size()))) {
+      if (!cfg_.rx.any() || p.truncated || !(cfg_.ops & fault_class(p.data.empty() ? 0 : p.data[0], p.data.size()))) {
         rx_emit(p, out, n);
         rx_passed(out, n);
         continue;
@@ -378,8 +376,10 @@ size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
       }
       auto copy = [&] {
         std::vector<uint8_t> c = take_buf();
-        if (f.corrupt) c.assign(corrupted.begin(), corrupted.end());
-        else c.assign(p.data.begin(), p.data.end());
+        if (f.corrupt)
+          c.assign(corrupted.begin(), corrupted.end());
+        else
+          c.assign(p.data.begin(), p.data.end());
         return c;
       };
       if (f.dup) {
@@ -400,8 +400,10 @@ size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
         held_rx_.push_back(std::move(h));
         continue;
       }
-      if (f.corrupt) rx_emit_copy(std::move(corrupted), p, out, n);
-      else rx_emit(p, out, n);
+      if (f.corrupt)
+        rx_emit_copy(std::move(corrupted), p, out, n);
+      else
+        rx_emit(p, out, n);
       rx_passed(out, n);
     }
   }

@@ -67,9 +67,7 @@ class FaultIo final : public PacketIo {
   bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
   void done_wait() noexcept override { inner_->done_wait(); }
   size_t max_payload() const noexcept override { return inner_->max_payload(); }
-  uint16_t gso_max_segments() const noexcept override {
-    return cfg_.tx.any() ? 0 : inner_->gso_max_segments();
-  }
+  uint16_t gso_max_segments() const noexcept override { return cfg_.tx.any() ? 0 : inner_->gso_max_segments(); }
   IoStats stats() const noexcept override;
 
   const FaultConfig& config() const noexcept { return cfg_; }
@@ -109,17 +107,16 @@ class FaultIo final : public PacketIo {
 
   FaultIo(std::unique_ptr<PacketIo> inner, const FaultConfig& cfg);
   Fate decide(Rng& rng, const FaultRates& r, size_t size, FaultCounts& c) noexcept;
-  std::vector<uint8_t>& tx_buf() noexcept;  // a transient buffer for this send
-  std::vector<uint8_t>& rx_buf() noexcept;  // a buffer valid until the next recv_batch
-  std::vector<uint8_t> take_buf() noexcept; // a recycled buffer to keep
+  std::vector<uint8_t>& tx_buf() noexcept;   // a transient buffer for this send
+  std::vector<uint8_t>& rx_buf() noexcept;   // a buffer valid until the next recv_batch
+  std::vector<uint8_t> take_buf() noexcept;  // a recycled buffer to keep
   void recycle(std::vector<uint8_t>&& b) noexcept;
   // Sends the outgoing packets that are due (their time has come).
   void release_due_tx(Clock::time_point now) noexcept;
   void tx_one(const TxPacket& p, Clock::time_point now) noexcept;
   void tx_passed() noexcept;  // a packet went out: overtaken held packets follow
   void rx_emit(const RxPacket& p, std::span<RxPacket> out, size_t& n) noexcept;
-  void rx_emit_copy(std::vector<uint8_t>&& data, const RxPacket& meta, std::span<RxPacket> out,
-                    size_t& n) noexcept;
+  void rx_emit_copy(std::vector<uint8_t>&& data, const RxPacket& meta, std::span<RxPacket> out, size_t& n) noexcept;
   void rx_passed(std::span<RxPacket> out, size_t& n) noexcept;
   void arm_timer() noexcept;
 
@@ -135,7 +132,7 @@ class FaultIo final : public PacketIo {
   size_t tx_bufs_used_ = 0;
   std::vector<HeldTx> held_tx_;
 
-  std::vector<RxPacket> rx_in_;   // what the inner I/O received
+  std::vector<RxPacket> rx_in_;  // what the inner I/O received
   std::vector<std::vector<uint8_t>> rx_bufs_;
   size_t rx_bufs_used_ = 0;
   std::vector<HeldRx> held_rx_;

@@ -142,8 +142,8 @@ Result<std::unique_ptr<ListenerTable>> ListenerTable::open(std::shared_ptr<HostR
     if (int e = ::posix_fallocate(fd.get(), 0, sizeof(listeners::File)); e != 0)
       return sys_error(path, "posix_fallocate", e);
   } else if (size_t(st.st_size) != sizeof(listeners::File)) {
-    return err::from_errno(EPROTO, "listener table " + path + ": size " + std::to_string(st.st_size) +
-                                       " (another uroce version?)");
+    return err::from_errno(
+        EPROTO, "listener table " + path + ": size " + std::to_string(st.st_size) + " (another uroce version?)");
   }
   void* p = ::mmap(nullptr, sizeof(listeners::File), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return sys_error(path, "mmap");
@@ -192,11 +192,9 @@ Status ListenerTable::add(const IpAddr& addr, uint64_t sid) {
       if (!free) free = &e;
       continue;
     }
-    if (v.owner != me && v.netns == netns_ && v.service_id == sid &&
-        (covers(v.addr, addr) || covers(addr, v.addr)))
-      return err::from_errno(EADDRINUSE, "rdma_cm port " + std::to_string(sid & 0xffff) + " on " +
-                                             addr.to_string() + " is taken by another process (slot " +
-                                             std::to_string(v.slot) + ")");
+    if (v.owner != me && v.netns == netns_ && v.service_id == sid && (covers(v.addr, addr) || covers(addr, v.addr)))
+      return err::from_errno(EADDRINUSE, "rdma_cm port " + std::to_string(sid & 0xffff) + " on " + addr.to_string() +
+                                             " is taken by another process (slot " + std::to_string(v.slot) + ")");
   }
   // Claim an entry: a free one, or a complete one whose owner is gone (one
   // being written, service ID still 0, is left alone).
@@ -212,8 +210,8 @@ Status ListenerTable::add(const IpAddr& addr, uint64_t sid) {
     write_entry(*e, reg_->slot(), netns_, addr, sid);
     return {};
   }
-  return err::from_errno(ENOSPC, "listener table " + path_ + ": all " + std::to_string(kEntries) +
-                                     " entries are in use");
+  return err::from_errno(ENOSPC,
+                         "listener table " + path_ + ": all " + std::to_string(kEntries) + " entries are in use");
 }
 
 void ListenerTable::remove(const IpAddr& addr, uint64_t sid) noexcept {

@@ -14,8 +14,10 @@ namespace uroce::net {
 
 std::optional<ProcStat> proc_stat(pid_t pid) noexcept {
   char path[48];
-  if (pid == 0) std::snprintf(path, sizeof path, "/proc/self/stat");
-  else std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  if (pid == 0)
+    std::snprintf(path, sizeof path, "/proc/self/stat");
+  else
+    std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
   UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return std::nullopt;
   char buf[1024];

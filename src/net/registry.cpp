@@ -108,8 +108,8 @@ Result<std::shared_ptr<HostRegistry>> HostRegistry::instance() {
   if (!r) return r.status();
   s.reg = *r;
   static const bool registered = std::atexit([] {
-    if (HostRegistry* r = singleton().at_exit.load()) r->release();
-  }) == 0;
+                                   if (HostRegistry* r = singleton().at_exit.load()) r->release();
+                                 }) == 0;
   (void)registered;
   s.at_exit.store(s.reg.get());
   return s.reg;
@@ -128,8 +128,8 @@ Result<std::shared_ptr<HostRegistry>> HostRegistry::open(const std::string& path
   if (::fstat(fd.get(), &st) != 0) return sys_error(path, "fstat");
   if (!S_ISREG(st.st_mode)) return err::inval("registry " + path + ": not a regular file");
   if (st.st_uid != ::geteuid())
-    return err::access("registry " + path + ": owned by uid " + std::to_string(st.st_uid) +
-                       ", not by us (uid " + std::to_string(::geteuid()) + ")");
+    return err::access("registry " + path + ": owned by uid " + std::to_string(st.st_uid) + ", not by us (uid " +
+                       std::to_string(::geteuid()) + ")");
   if (st.st_mode & 077) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
@@ -140,9 +140,8 @@ Result<std::shared_ptr<HostRegistry>> HostRegistry::open(const std::string& path
     if (int e = ::posix_fallocate(fd.get(), 0, registry::kFileSize); e != 0)
       return sys_error(path, "posix_fallocate", e);
   } else if (size_t(st.st_size) != registry::kFileSize) {
-    return err::from_errno(EPROTO, "registry " + path + ": size " + std::to_string(st.st_size) +
-                                       ", expected " + std::to_string(registry::kFileSize) +
-                                       " (another uroce version?)");
+    return err::from_errno(EPROTO, "registry " + path + ": size " + std::to_string(st.st_size) + ", expected " +
+                                       std::to_string(registry::kFileSize) + " (another uroce version?)");
   }
   void* p = ::mmap(nullptr, registry::kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return sys_error(path, "mmap");
@@ -159,8 +158,8 @@ Result<std::shared_ptr<HostRegistry>> HostRegistry::open(const std::string& path
     }
     h.magic.store(registry::kMagic, std::memory_order_release);
   } else if (h.magic.load() != registry::kMagic || h.version != registry::kVersion) {
-    return err::from_errno(EPROTO, "registry " + path + ": not a uroce registry of version " +
-                                       std::to_string(registry::kVersion));
+    return err::from_errno(
+        EPROTO, "registry " + path + ": not a uroce registry of version " + std::to_string(registry::kVersion));
   }
   std::memcpy(reg->secret_.data(), h.secret, sizeof h.secret);
   ::flock(fd.get(), LOCK_UN);
@@ -182,13 +181,11 @@ Status HostRegistry::claim() {
     if (!sl.owner.compare_exchange_strong(cur, me_, std::memory_order_acq_rel)) continue;
     sl.pidns.store(pidns_, std::memory_order_release);
     for (Binding& b : sl.bindings)
-      if (b.port.load(std::memory_order_relaxed) != 0 || (b.seq.load() & 1))
-        write_binding(b, 0, 0, 0, IpAddr{});
+      if (b.port.load(std::memory_order_relaxed) != 0 || (b.seq.load() & 1)) write_binding(b, 0, 0, 0, IpAddr{});
     slot_ = s;
     return {};
   }
-  return err::from_errno(ENOSPC, "registry " + path_ + ": all " +
-                                     std::to_string(registry::kSlots - 1) +
+  return err::from_errno(ENOSPC, "registry " + path_ + ": all " + std::to_string(registry::kSlots - 1) +
                                      " slots are held by live processes");
 }
 
@@ -244,8 +241,7 @@ Status HostRegistry::publish(const IpAddr& addr, uint16_t port) {
   registry::Slot& sl = file_->slots[slot_];
   Binding* free = nullptr;
   for (Binding& b : sl.bindings) {
-    const bool mine = b.port.load(std::memory_order_relaxed) != 0 &&
-                      b.owner.load(std::memory_order_relaxed) == me_;
+    const bool mine = b.port.load(std::memory_order_relaxed) != 0 && b.owner.load(std::memory_order_relaxed) == me_;
     if (mine && b.netns.load(std::memory_order_relaxed) == ns &&
         from_halves(b.addr_hi.load(), b.addr_lo.load()) == addr) {
       write_binding(b, port, me_, ns, addr);
@@ -286,8 +282,10 @@ std::optional<uint16_t> HostRegistry::lookup_port(uint32_t slot, const IpAddr& a
   for (const Binding& b : sl.bindings) {
     BindingView v;
     if (!read_binding(b, v) || v.port == 0 || v.owner != owner || v.netns != ns) continue;
-    if (v.addr == addr) exact = uint16_t(v.port);
-    else if (v.addr == any) wildcard = uint16_t(v.port);
+    if (v.addr == addr)
+      exact = uint16_t(v.port);
+    else if (v.addr == any)
+      wildcard = uint16_t(v.port);
   }
   std::optional<uint16_t> port = exact ? exact : wildcard;
   if (!port || !owner_alive(owner, sl.pidns.load(std::memory_order_acquire))) return std::nullopt;

@@ -97,9 +97,9 @@ class HostRegistry {
   std::string path_;
   registry::File* file_ = nullptr;  // the mapping, unmapped by the destructor
   uint32_t slot_ = 0;
-  uint64_t me_ = 0;      // our owner word (pid | start time)
-  pid_t pid_ = 0;        // the process that claimed the slot
-  uint64_t pidns_ = 0;   // inode of our pid namespace
+  uint64_t me_ = 0;     // our owner word (pid | start time)
+  pid_t pid_ = 0;       // the process that claimed the slot
+  uint64_t pidns_ = 0;  // inode of our pid namespace
   bool released_ = false;
   std::array<uint8_t, 16> secret_{};
   std::mutex write_mu_;  // serialises publish / unpublish / release

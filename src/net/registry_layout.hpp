@@ -46,7 +46,7 @@ struct Binding {
   std::atomic<uint32_t> seq;
   std::atomic<uint32_t> port;  // 0 = unused
   std::atomic<uint64_t> owner;
-  std::atomic<uint64_t> netns;  // inode of /proc/self/ns/net
+  std::atomic<uint64_t> netns;             // inode of /proc/self/ns/net
   std::atomic<uint64_t> addr_hi, addr_lo;  // the 16 address bytes, big-endian halves
   uint64_t reserved;
 };

@@ -12,9 +12,9 @@
 namespace uroce::net {
 namespace {
 
-constexpr auto kRecheck = std::chrono::seconds(1);          // a ring in use: is it still the one?
+constexpr auto kRecheck = std::chrono::seconds(1);               // a ring in use: is it still the one?
 constexpr auto kRecheckAbsent = std::chrono::milliseconds(250);  // no ring: has one appeared?
-constexpr auto kUdpHot = std::chrono::milliseconds(1);      // datagrams came lately: read every time
+constexpr auto kUdpHot = std::chrono::milliseconds(1);           // datagrams came lately: read every time
 constexpr size_t kMaxPeers = 1024;
 
 }  // namespace
@@ -128,8 +128,7 @@ bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
       case ShmRing::Put::too_big:  // (checked before: cannot happen)
         ++shm_lost_;
         return false;
-      case ShmRing::Put::full:
-        break;
+      case ShmRing::Put::full: break;
     }
     // Full: the consumer is behind.  Make sure it is awake, give it a
     // moment, then drop (as a full socket buffer would).

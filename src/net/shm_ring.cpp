@@ -69,8 +69,8 @@ std::string shm_dir() {
 
 std::string shm_ring_path(const std::string& dir, const Endpoint& ep) {
   static const uint64_t netns = ns_inode("net");
-  return dir + "/" + prefix() + std::to_string(netns) + "-" + ep.addr.to_string() + "-" +
-         std::to_string(ep.port) + ".ring";
+  return dir + "/" + prefix() + std::to_string(netns) + "-" + ep.addr.to_string() + "-" + std::to_string(ep.port) +
+         ".ring";
 }
 
 Result<std::unique_ptr<ShmRing>> ShmRing::create(const std::string& path, const CreateOptions& opt) {
@@ -233,9 +233,7 @@ size_t ShmRing::clean_stale(const std::string& dir) {
   return removed;
 }
 
-bool ShmRing::owner_alive() const noexcept {
-  return !closed() && process_alive(hdr_->owner_pid, hdr_->owner_start);
-}
+bool ShmRing::owner_alive() const noexcept { return !closed() && process_alive(hdr_->owner_pid, hdr_->owner_start); }
 
 shm::SlotHead& ShmRing::slot_at(uint64_t pos) const noexcept {
   return *reinterpret_cast<SlotHead*>(slots_base_ + size_t(pos & (slots_ - 1)) * slot_size_);
@@ -260,8 +258,10 @@ uint64_t ShmRing::put_begin() noexcept {
     }
     if (wlap == lap) {  // reserved for this position already: help the tail on
       uint64_t expect = t;
-      if (hdr_->tail.compare_exchange_strong(expect, t + 1, kAcq, kAcq)) t = t + 1;
-      else t = expect;
+      if (hdr_->tail.compare_exchange_strong(expect, t + 1, kAcq, kAcq))
+        t = t + 1;
+      else
+        t = expect;
       continue;
     }
     if (wlap < lap) return UINT64_MAX;  // the slot still holds the previous lap: full
@@ -348,9 +348,9 @@ size_t ShmRing::take(std::span<RxPacket> out) noexcept {
     }
     if (w == word(lap, State::free)) break;  // empty
     const State st = state_of(w);
-    const bool ours_now = lap_of(w) == lap && st == State::writing;     // a producer is late
+    const bool ours_now = lap_of(w) == lap && st == State::writing;      // a producer is late
     const bool old_skip = lap_of(w) + 1 == lap && st == State::skipped;  // last lap's, never freed
-    if (!ours_now && !old_skip) break;  // cannot happen in a sane ring: wait
+    if (!ours_now && !old_skip) break;                                   // cannot happen in a sane ring: wait
     const Clock::time_point now = Clock::now();
     if (stall_pos_ != h || stall_word_ != w) {  // a new stall: start the clock
       stall_pos_ = h;

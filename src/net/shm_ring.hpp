@@ -63,16 +63,16 @@ inline constexpr size_t kDefaultPayload = 4096 + 64;  // = kDefaultMaxPayload of
 struct alignas(64) Header {
   std::atomic<uint64_t> magic;  // stored last (release) at creation
   uint32_t version;
-  uint32_t slots;        // a power of two
-  uint32_t slot_size;    // kSlotHeader + payload_max, a multiple of 64
+  uint32_t slots;      // a power of two
+  uint32_t slot_size;  // kSlotHeader + payload_max, a multiple of 64
   uint32_t payload_max;
   int32_t owner_pid;
   uint32_t reserved0;
-  uint64_t owner_start;  // /proc/<pid>/stat start time
-  std::atomic<uint32_t> closed;  // the owner is gone (closed cleanly)
-  alignas(64) std::atomic<uint64_t> tail;       // next position to reserve (producers)
-  alignas(64) std::atomic<uint32_t> sleepers;   // consumer threads asleep in the socket
-  std::atomic<uint32_t> bell;                   // a doorbell was sent since the last sleep
+  uint64_t owner_start;                          // /proc/<pid>/stat start time
+  std::atomic<uint32_t> closed;                  // the owner is gone (closed cleanly)
+  alignas(64) std::atomic<uint64_t> tail;        // next position to reserve (producers)
+  alignas(64) std::atomic<uint32_t> sleepers;    // consumer threads asleep in the socket
+  std::atomic<uint32_t> bell;                    // a doorbell was sent since the last sleep
   alignas(64) std::atomic<uint64_t> rx_packets;  // consumer's counters
   std::atomic<uint64_t> rx_bytes;
   std::atomic<uint64_t> skipped;

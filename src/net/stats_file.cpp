@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <cctype>
 #include <ctime>
 #include <mutex>
 #include <new>
@@ -205,8 +205,7 @@ std::optional<StatsSnapshot> read_one(const std::string& path, bool& dead) {
     ::usleep(10);
   }
   for (uint32_t i = 0; i < count; ++i)
-    s.counters.emplace_back(std::string(names + size_t(i) * kNameLen,
-                                        strnlen(names + size_t(i) * kNameLen, kNameLen)),
+    s.counters.emplace_back(std::string(names + size_t(i) * kNameLen, strnlen(names + size_t(i) * kNameLen, kNameLen)),
                             v[i]);
   return s;
 }
@@ -232,8 +231,10 @@ Result<std::vector<StatsSnapshot>> read_published_stats(std::optional<pid_t> pid
   std::vector<StatsSnapshot> out;
   for (const std::string& p : paths) {
     bool dead;
-    if (auto s = read_one(p, dead)) out.push_back(std::move(*s));
-    else if (dead) (void)::unlink(p.c_str());
+    if (auto s = read_one(p, dead))
+      out.push_back(std::move(*s));
+    else if (dead)
+      (void)::unlink(p.c_str());
   }
   std::sort(out.begin(), out.end(), [](const StatsSnapshot& a, const StatsSnapshot& b) {
     return a.pid != b.pid ? a.pid < b.pid : a.path < b.path;

@@ -35,16 +35,16 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kNameLen = 48;
 
 struct Header {
-  alignas(8) char magic[8];   // written last (atomically, as one 64-bit word)
+  alignas(8) char magic[8];  // written last (atomically, as one 64-bit word)
   uint32_t version;
-  uint32_t count;             // counters
+  uint32_t count;  // counters
   int32_t pid;
   uint32_t reserved;
-  uint64_t start_time;        // /proc/<pid>/stat field 22 of the owner
-  char device[64];            // NUL-terminated
-  char endpoint[64];          // "127.0.0.1:4791"
-  char faults[256];           // fault injection in effect ("" if none)
-  std::atomic<uint64_t> seq;  // odd while the values are being written
+  uint64_t start_time;               // /proc/<pid>/stat field 22 of the owner
+  char device[64];                   // NUL-terminated
+  char endpoint[64];                 // "127.0.0.1:4791"
+  char faults[256];                  // fault injection in effect ("" if none)
+  std::atomic<uint64_t> seq;         // odd while the values are being written
   std::atomic<uint64_t> updated_ns;  // CLOCK_REALTIME of the last snapshot
   std::atomic<uint64_t> published;   // snapshots written so far
 };
@@ -64,8 +64,7 @@ class StatsPublisher {
     std::string faults;
   };
   // Creates the file with these counter names (values 0).
-  static Result<std::unique_ptr<StatsPublisher>> create(const Identity& id,
-                                                        std::span<const std::string_view> names);
+  static Result<std::unique_ptr<StatsPublisher>> create(const Identity& id, std::span<const std::string_view> names);
   ~StatsPublisher();
   StatsPublisher(const StatsPublisher&) = delete;
   StatsPublisher& operator=(const StatsPublisher&) = delete;

@@ -45,9 +45,7 @@ struct FreeDeleter {
 };
 
 // "bind 127.0.0.1:4791: Address already in use"; pass errno as it was.
-Status sys_error(int e, const std::string& what) {
-  return err::from_errno(e, what + ": " + std::strerror(e));
-}
+Status sys_error(int e, const std::string& what) { return err::from_errno(e, what + ": " + std::strerror(e)); }
 
 Status set_int(int fd, int level, int name, int value, const char* what) {
   if (::setsockopt(fd, level, name, &value, sizeof value) != 0) {
@@ -100,8 +98,7 @@ UdpIo::~UdpIo() = default;
 
 Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   if (cfg.batch == 0 || cfg.batch > kMaxBatch)
-    return err::inval("UdpIo batch " + std::to_string(cfg.batch) + " not in 1.." +
-                      std::to_string(kMaxBatch));
+    return err::inval("UdpIo batch " + std::to_string(cfg.batch) + " not in 1.." + std::to_string(kMaxBatch));
   if (cfg.max_payload < 64 || cfg.max_payload > kMaxUdpPayload)
     return err::inval("UdpIo max_payload " + std::to_string(cfg.max_payload) + " not in 64.." +
                       std::to_string(kMaxUdpPayload));
@@ -153,8 +150,7 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   Endpoint want{cfg.local, cfg.port};
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), want.to_sockaddr(ss)) != 0) {
     const int e = errno;
-    if (e != EADDRINUSE || !cfg.port_fallback || cfg.port == 0)
-      return sys_error(e, "bind " + want.to_string());
+    if (e != EADDRINUSE || !cfg.port_fallback || cfg.port == 0) return sys_error(e, "bind " + want.to_string());
     Endpoint any{cfg.local, 0};
     if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), any.to_sockaddr(ss)) != 0) {
       const int e2 = errno;
@@ -170,8 +166,7 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   if (!local) return err::io("getsockname: unexpected address family");
   io->local_ = *local;
   if (io->local_.port != cfg.port && cfg.port != 0)
-    UROCE_LOG(info, "udp: %s is taken, bound %s instead", want.to_string().c_str(),
-              io->local_.to_string().c_str());
+    UROCE_LOG(info, "udp: %s is taken, bound %s instead", want.to_string().c_str(), io->local_.to_string().c_str());
 
   // Preallocate everything the data path touches.
   io->r_ = std::make_unique<Rings>();

@@ -31,14 +31,14 @@ inline constexpr size_t kMaxUdpPayload = 9000;
 inline constexpr size_t kMaxBatch = 64;
 
 struct UdpConfig {
-  IpAddr local;                // IPv4 (v4-mapped) or IPv6; the socket family follows it
+  IpAddr local;                 // IPv4 (v4-mapped) or IPv6; the socket family follows it
   uint16_t port = kRoceV2Port;  // 0: an ephemeral port
   // If `port` is taken (EADDRINUSE), bind an ephemeral port instead; local()
   // tells which.  Same-host peers find it through the HostRegistry.
   bool port_fallback = true;
   int rcvbuf = 4 << 20;  // bytes asked for; SO_RCVBUFFORCE is tried first
   int sndbuf = 4 << 20;
-  size_t batch = 32;                      // datagrams per syscall, 1..kMaxBatch
+  size_t batch = 32;                        // datagrams per syscall, 1..kMaxBatch
   size_t max_payload = kDefaultMaxPayload;  // largest UDP payload, up to kMaxUdpPayload
   // UDP GSO trains out and GRO-coalesced datagrams in: one trip through the
   // kernel's UDP stack for up to kMaxGsoSegments packets.  Off if the kernel

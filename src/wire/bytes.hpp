@@ -17,15 +17,11 @@
 namespace uroce::wire {
 
 constexpr uint16_t load_be16(const uint8_t* p) noexcept { return uint16_t(p[0] << 8 | p[1]); }
-constexpr uint32_t load_be24(const uint8_t* p) noexcept {
-  return uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2];
-}
+constexpr uint32_t load_be24(const uint8_t* p) noexcept { return uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2]; }
 constexpr uint32_t load_be32(const uint8_t* p) noexcept {
   return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
 }
-constexpr uint64_t load_be64(const uint8_t* p) noexcept {
-  return uint64_t(load_be32(p)) << 32 | load_be32(p + 4);
-}
+constexpr uint64_t load_be64(const uint8_t* p) noexcept { return uint64_t(load_be32(p)) << 32 | load_be32(p + 4); }
 
 constexpr void store_be16(uint8_t* p, uint16_t v) noexcept {
   p[0] = uint8_t(v >> 8);

@@ -43,7 +43,9 @@ static_assert(mul(kX, kXInv) == kOne);
 namespace detail {
 // table[i] = base^(2^i) mod P
 constexpr auto square_table(uint32_t base) noexcept {
-  struct T { uint32_t v[64]; } t{};
+  struct T {
+    uint32_t v[64];
+  } t{};
   t.v[0] = base;
   for (int i = 1; i < 64; ++i) t.v[i] = mul(t.v[i - 1], t.v[i - 1]);
   return t;

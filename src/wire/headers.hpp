@@ -27,16 +27,16 @@ inline constexpr uint32_t kPsnMask = 0x00ffffff;
 //  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 struct Bth {
   uint8_t opcode = 0;
-  bool solicited = false;   // S
-  bool mig_req = false;     // M
-  uint8_t pad = 0;          // 0..3 bytes of pad after the payload
-  uint8_t tver = 0;         // must be 0
+  bool solicited = false;  // S
+  bool mig_req = false;    // M
+  uint8_t pad = 0;         // 0..3 bytes of pad after the payload
+  uint8_t tver = 0;        // must be 0
   uint16_t pkey = 0xffff;
-  bool fecn = false;        // F (RoCEv2: not covered by the ICRC)
-  bool becn = false;        // B
-  uint32_t dest_qp = 0;     // 24 bits
-  bool ack_req = false;     // A
-  uint32_t psn = 0;         // 24 bits
+  bool fecn = false;     // F (RoCEv2: not covered by the ICRC)
+  bool becn = false;     // B
+  uint32_t dest_qp = 0;  // 24 bits
+  bool ack_req = false;  // A
+  uint32_t psn = 0;      // 24 bits
 
   friend bool operator==(const Bth&, const Bth&) = default;
 };
@@ -157,9 +157,9 @@ struct Headers {
   Aeth aeth;
   AtomicEth atomic;
   AtomicAckEth atomic_ack;
-  uint32_t imm = 0;       // ImmDt exactly as ibv_send_wr/ibv_wc hold it: the four
-                          // wire bytes in memory order (a __be32), copied, never swapped
-  uint32_t ieth = 0;      // IETH: the R_Key to invalidate (host order)
+  uint32_t imm = 0;   // ImmDt exactly as ibv_send_wr/ibv_wc hold it: the four
+                      // wire bytes in memory order (a __be32), copied, never swapped
+  uint32_t ieth = 0;  // IETH: the R_Key to invalidate (host order)
   Deth deth;
 
   friend bool operator==(const Headers&, const Headers&) = default;

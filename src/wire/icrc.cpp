@@ -37,23 +37,23 @@ size_t masked_ip_udp(const IpUdpFields& ip, size_t udp_payload_len, uint8_t* buf
   uint8_t* p = buf + kLrhLen;
   const uint16_t udp_len = uint16_t(kUdpLen + udp_payload_len);
   if (ip.src.is_v4()) {
-    p[0] = 0x45;                                     // version 4, IHL 5
-    p[1] = 0xff;                                     // TOS
-    store_be16(p + 2, uint16_t(kIpv4Len + udp_len)); // total length
+    p[0] = 0x45;                                      // version 4, IHL 5
+    p[1] = 0xff;                                      // TOS
+    store_be16(p + 2, uint16_t(kIpv4Len + udp_len));  // total length
     store_be16(p + 4, ip.ipv4_id);
     store_be16(p + 6, ip.ipv4_frag);
-    p[8] = 0xff;                                     // TTL
-    p[9] = 17;                                       // UDP
-    p[10] = p[11] = 0xff;                            // header checksum
+    p[8] = 0xff;           // TTL
+    p[9] = 17;             // UDP
+    p[10] = p[11] = 0xff;  // header checksum
     std::memcpy(p + 12, ip.src.bytes().data() + 12, 4);
     std::memcpy(p + 16, ip.dst.bytes().data() + 12, 4);
     p += kIpv4Len;
   } else {
-    p[0] = 0x6f;                                     // version 6, traffic class
-    p[1] = p[2] = p[3] = 0xff;                       // traffic class, flow label
-    store_be16(p + 4, udp_len);                      // payload length
-    p[6] = 17;                                       // next header: UDP
-    p[7] = 0xff;                                     // hop limit
+    p[0] = 0x6f;                 // version 6, traffic class
+    p[1] = p[2] = p[3] = 0xff;   // traffic class, flow label
+    store_be16(p + 4, udp_len);  // payload length
+    p[6] = 17;                   // next header: UDP
+    p[7] = 0xff;                 // hop limit
     std::memcpy(p + 8, ip.src.bytes().data(), 16);
     std::memcpy(p + 24, ip.dst.bytes().data(), 16);
     p += kIpv6Len;
@@ -61,7 +61,7 @@ size_t masked_ip_udp(const IpUdpFields& ip, size_t udp_payload_len, uint8_t* buf
   store_be16(p, ip.src_port);
   store_be16(p + 2, ip.dst_port);
   store_be16(p + 4, udp_len);
-  p[6] = p[7] = 0xff;                                // UDP checksum
+  p[6] = p[7] = 0xff;  // UDP checksum
   return size_t(p + kUdpLen - buf);
 }
 
@@ -80,8 +80,7 @@ uint32_t unshift_for(uint64_t k) noexcept {
 
 }  // namespace
 
-Icrc::Icrc(const IpUdpFields& ip, size_t udp_payload_len,
-           std::span<const uint8_t, 12> bth) noexcept {
+Icrc::Icrc(const IpUdpFields& ip, size_t udp_payload_len, std::span<const uint8_t, 12> bth) noexcept {
   uint8_t buf[kMaxPrefix];
   size_t n = masked_ip_udp(ip, udp_payload_len, buf);
   std::memcpy(buf + n, bth.data(), kBthLen);
@@ -111,8 +110,7 @@ uint32_t compute_icrc(const IpUdpFields& ip, std::span<const uint8_t> udp_payloa
 void put_icrc(uint32_t icrc, uint8_t out[4]) noexcept { store_le32(out, icrc); }
 uint32_t get_icrc(const uint8_t in[4]) noexcept { return load_le32(in); }
 
-IcrcCheck verify_icrc(const IpUdpFields& ip, std::span<const uint8_t> udp_payload,
-                      uint16_t* solved_id) noexcept {
+IcrcCheck verify_icrc(const IpUdpFields& ip, std::span<const uint8_t> udp_payload, uint16_t* solved_id) noexcept {
   if (udp_payload.size() < kBthLen + kIcrcLen) return IcrcCheck::bad;
   const uint32_t carried = get_icrc(udp_payload.data() + udp_payload.size() - kIcrcLen);
   const uint32_t computed = compute_icrc(ip, udp_payload);

@@ -20,12 +20,12 @@ namespace uroce::wire {
 
 // What the ICRC covers of the IP and UDP headers.
 struct IpUdpFields {
-  IpAddr src;                  // both IPv4 (v4-mapped) or both IPv6
+  IpAddr src;  // both IPv4 (v4-mapped) or both IPv6
   IpAddr dst;
   uint16_t src_port = 0;
   uint16_t dst_port = 4791;
-  uint16_t ipv4_id = 0;        // IPv4 Identification
-  uint16_t ipv4_frag = 0x4000; // IPv4 flags + fragment offset (0x4000 = DF)
+  uint16_t ipv4_id = 0;         // IPv4 Identification
+  uint16_t ipv4_frag = 0x4000;  // IPv4 flags + fragment offset (0x4000 = DF)
 };
 
 // Incremental ICRC: construct with the IP/UDP fields, the total UDP payload

@@ -32,9 +32,7 @@ IpAddr v6_from(const uint8_t* p) noexcept {
 
 }  // namespace
 
-uint16_t ipv4_header_checksum(std::span<const uint8_t> header) noexcept {
-  return uint16_t(~fold(sum16(header)));
-}
+uint16_t ipv4_header_checksum(std::span<const uint8_t> header) noexcept { return uint16_t(~fold(sum16(header))); }
 
 uint16_t udp_checksum(const IpUdpFields& f, std::span<const uint8_t> udp) noexcept {
   // Pseudo header: addresses, protocol, UDP length (RFC 768 / RFC 8200 8.1).
@@ -58,15 +56,13 @@ size_t write_ip_header(const IpUdpFields& f, const IpVariantFields& v, size_t ud
   Writer w(out);
   bool ok;
   if (f.src.is_v4()) {
-    ok = w.u8(0x45) && w.u8(v.tos) && w.u16(uint16_t(kIpv4HeaderLen + udp_len)) &&
-         w.u16(f.ipv4_id) && w.u16(f.ipv4_frag) && w.u8(v.ttl) && w.u8(kIpProtoUdp) &&
-         w.u16(0) && w.bytes(std::span(f.src.bytes()).subspan(12)) &&
-         w.bytes(std::span(f.dst.bytes()).subspan(12));
+    ok = w.u8(0x45) && w.u8(v.tos) && w.u16(uint16_t(kIpv4HeaderLen + udp_len)) && w.u16(f.ipv4_id) &&
+         w.u16(f.ipv4_frag) && w.u8(v.ttl) && w.u8(kIpProtoUdp) && w.u16(0) &&
+         w.bytes(std::span(f.src.bytes()).subspan(12)) && w.bytes(std::span(f.dst.bytes()).subspan(12));
     if (ok) store_be16(out.data() + 10, ipv4_header_checksum(out.first(kIpv4HeaderLen)));
   } else {
-    ok = w.u32(6u << 28 | uint32_t(v.tos) << 20 | (v.flow_label & 0xfffff)) &&
-         w.u16(uint16_t(udp_len)) && w.u8(kIpProtoUdp) && w.u8(v.ttl) &&
-         w.bytes(f.src.bytes()) && w.bytes(f.dst.bytes());
+    ok = w.u32(6u << 28 | uint32_t(v.tos) << 20 | (v.flow_label & 0xfffff)) && w.u16(uint16_t(udp_len)) &&
+         w.u8(kIpProtoUdp) && w.u8(v.ttl) && w.bytes(f.src.bytes()) && w.bytes(f.dst.bytes());
   }
   return ok ? w.position() : 0;
 }
@@ -76,8 +72,7 @@ size_t write_ip_udp_header(const IpUdpFields& f, const IpVariantFields& v, size_
   const size_t n = write_ip_header(f, v, udp_payload_len, out);
   if (n == 0) return 0;
   Writer w(out.subspan(n));
-  if (!(w.u16(f.src_port) && w.u16(f.dst_port) &&
-        w.u16(uint16_t(kUdpHeaderLen + udp_payload_len)) && w.u16(0)))
+  if (!(w.u16(f.src_port) && w.u16(f.dst_port) && w.u16(uint16_t(kUdpHeaderLen + udp_payload_len)) && w.u16(0)))
     return 0;
   return n + kUdpHeaderLen;
 }
@@ -100,9 +95,9 @@ std::optional<ParsedIpUdp> parse_ip_udp(std::span<const uint8_t> l3) noexcept {
     uint16_t total = 0;
     uint8_t proto = 0;
     std::span<const uint8_t> addrs;
-    if (ihl < kIpv4HeaderLen || !rd.u8(r.variant.tos) || !rd.u16(total) ||
-        !rd.u16(r.fields.ipv4_id) || !rd.u16(r.fields.ipv4_frag) || !rd.u8(r.variant.ttl) ||
-        !rd.u8(proto) || !rd.u16(r.ip_checksum) || !rd.bytes(8, addrs))
+    if (ihl < kIpv4HeaderLen || !rd.u8(r.variant.tos) || !rd.u16(total) || !rd.u16(r.fields.ipv4_id) ||
+        !rd.u16(r.fields.ipv4_frag) || !rd.u8(r.variant.ttl) || !rd.u8(proto) || !rd.u16(r.ip_checksum) ||
+        !rd.bytes(8, addrs))
       return std::nullopt;
     if (proto != kIpProtoUdp || total < ihl || total > l3.size()) return std::nullopt;
     if ((r.fields.ipv4_frag & 0x3fff) != 0) return std::nullopt;  // MF or offset: a fragment
@@ -114,8 +109,7 @@ std::optional<ParsedIpUdp> parse_ip_udp(std::span<const uint8_t> l3) noexcept {
     uint8_t b1 = 0, next = 0;
     uint16_t fl_lo = 0, plen = 0;
     std::span<const uint8_t> addrs;
-    if (!rd.u8(b1) || !rd.u16(fl_lo) || !rd.u16(plen) || !rd.u8(next) || !rd.u8(r.variant.ttl) ||
-        !rd.bytes(32, addrs))
+    if (!rd.u8(b1) || !rd.u16(fl_lo) || !rd.u16(plen) || !rd.u8(next) || !rd.u8(r.variant.ttl) || !rd.bytes(32, addrs))
       return std::nullopt;
     if (next != kIpProtoUdp || plen > rd.remaining()) return std::nullopt;
     r.variant.tos = uint8_t((ver_ihl & 0xf) << 4 | b1 >> 4);
@@ -131,8 +125,7 @@ std::optional<ParsedIpUdp> parse_ip_udp(std::span<const uint8_t> l3) noexcept {
   }
   Reader u(after_ip);
   uint16_t udp_len = 0;
-  if (!u.u16(r.fields.src_port) || !u.u16(r.fields.dst_port) || !u.u16(udp_len) ||
-      !u.u16(r.udp_checksum))
+  if (!u.u16(r.fields.src_port) || !u.u16(r.fields.dst_port) || !u.u16(udp_len) || !u.u16(r.udp_checksum))
     return std::nullopt;
   if (udp_len < kUdpHeaderLen || udp_len > after_ip.size()) return std::nullopt;
   r.udp_datagram = after_ip.first(udp_len);

@@ -44,9 +44,7 @@ struct IpVariantFields {
   uint32_t flow_label = 0;  // IPv6 only, 20 bits
 };
 
-inline size_t ip_header_len(const IpUdpFields& f) noexcept {
-  return f.src.is_v4() ? kIpv4HeaderLen : kIpv6HeaderLen;
-}
+inline size_t ip_header_len(const IpUdpFields& f) noexcept { return f.src.is_v4() ? kIpv4HeaderLen : kIpv6HeaderLen; }
 
 // Writes the IP header of a UDP datagram carrying `udp_payload_len` bytes:
 // IPv4 (no options, with its header checksum, ID and flags from `f`) or
@@ -78,13 +76,13 @@ uint16_t udp_checksum(const IpUdpFields& f, std::span<const uint8_t> udp_datagra
 
 // An IP + UDP header taken apart.
 struct ParsedIpUdp {
-  IpUdpFields fields;                    // what the ICRC covers
-  IpVariantFields variant;               // what it does not
-  uint16_t ip_checksum = 0;              // IPv4 header checksum, as carried
-  uint16_t udp_checksum = 0;             // as carried
-  size_t ip_header_len = 0;              // 20 (+ options) or 40
-  std::span<const uint8_t> udp_datagram; // UDP header + payload
-  std::span<const uint8_t> udp_payload;  // trimmed to the UDP length
+  IpUdpFields fields;                     // what the ICRC covers
+  IpVariantFields variant;                // what it does not
+  uint16_t ip_checksum = 0;               // IPv4 header checksum, as carried
+  uint16_t udp_checksum = 0;              // as carried
+  size_t ip_header_len = 0;               // 20 (+ options) or 40
+  std::span<const uint8_t> udp_datagram;  // UDP header + payload
+  std::span<const uint8_t> udp_payload;   // trimmed to the UDP length
 };
 
 // Parses an IPv4 or IPv6 packet carrying UDP.  Bytes after the IP total

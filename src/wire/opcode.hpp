@@ -13,29 +13,71 @@ namespace uroce::wire {
 // Opcode = transport service (top 3 bits) | operation (low 5 bits).
 enum class Opcode : uint8_t {
   // Reliable Connection
-  rc_send_first = 0x00, rc_send_middle = 0x01, rc_send_last = 0x02, rc_send_last_imm = 0x03,
-  rc_send_only = 0x04, rc_send_only_imm = 0x05, rc_write_first = 0x06, rc_write_middle = 0x07,
-  rc_write_last = 0x08, rc_write_last_imm = 0x09, rc_write_only = 0x0a, rc_write_only_imm = 0x0b,
-  rc_read_request = 0x0c, rc_read_response_first = 0x0d, rc_read_response_middle = 0x0e,
-  rc_read_response_last = 0x0f, rc_read_response_only = 0x10, rc_ack = 0x11,
-  rc_atomic_ack = 0x12, rc_compare_swap = 0x13, rc_fetch_add = 0x14,
-  rc_send_last_inv = 0x16, rc_send_only_inv = 0x17,
+  rc_send_first = 0x00,
+  rc_send_middle = 0x01,
+  rc_send_last = 0x02,
+  rc_send_last_imm = 0x03,
+  rc_send_only = 0x04,
+  rc_send_only_imm = 0x05,
+  rc_write_first = 0x06,
+  rc_write_middle = 0x07,
+  rc_write_last = 0x08,
+  rc_write_last_imm = 0x09,
+  rc_write_only = 0x0a,
+  rc_write_only_imm = 0x0b,
+  rc_read_request = 0x0c,
+  rc_read_response_first = 0x0d,
+  rc_read_response_middle = 0x0e,
+  rc_read_response_last = 0x0f,
+  rc_read_response_only = 0x10,
+  rc_ack = 0x11,
+  rc_atomic_ack = 0x12,
+  rc_compare_swap = 0x13,
+  rc_fetch_add = 0x14,
+  rc_send_last_inv = 0x16,
+  rc_send_only_inv = 0x17,
   // Unreliable Connection
-  uc_send_first = 0x20, uc_send_middle = 0x21, uc_send_last = 0x22, uc_send_last_imm = 0x23,
-  uc_send_only = 0x24, uc_send_only_imm = 0x25, uc_write_first = 0x26, uc_write_middle = 0x27,
-  uc_write_last = 0x28, uc_write_last_imm = 0x29, uc_write_only = 0x2a, uc_write_only_imm = 0x2b,
+  uc_send_first = 0x20,
+  uc_send_middle = 0x21,
+  uc_send_last = 0x22,
+  uc_send_last_imm = 0x23,
+  uc_send_only = 0x24,
+  uc_send_only_imm = 0x25,
+  uc_write_first = 0x26,
+  uc_write_middle = 0x27,
+  uc_write_last = 0x28,
+  uc_write_last_imm = 0x29,
+  uc_write_only = 0x2a,
+  uc_write_only_imm = 0x2b,
   // Unreliable Datagram
-  ud_send_only = 0x64, ud_send_only_imm = 0x65,
+  ud_send_only = 0x64,
+  ud_send_only_imm = 0x65,
   // Congestion Notification Packet (RoCEv2 annex A17.9)
   cnp = 0x81,
   // Extended Reliable Connection: RC layouts with an XRCETH after the BTH
-  xrc_send_first = 0xa0, xrc_send_middle = 0xa1, xrc_send_last = 0xa2, xrc_send_last_imm = 0xa3,
-  xrc_send_only = 0xa4, xrc_send_only_imm = 0xa5, xrc_write_first = 0xa6, xrc_write_middle = 0xa7,
-  xrc_write_last = 0xa8, xrc_write_last_imm = 0xa9, xrc_write_only = 0xaa,
-  xrc_write_only_imm = 0xab, xrc_read_request = 0xac, xrc_read_response_first = 0xad,
-  xrc_read_response_middle = 0xae, xrc_read_response_last = 0xaf, xrc_read_response_only = 0xb0,
-  xrc_ack = 0xb1, xrc_atomic_ack = 0xb2, xrc_compare_swap = 0xb3, xrc_fetch_add = 0xb4,
-  xrc_send_last_inv = 0xb6, xrc_send_only_inv = 0xb7,
+  xrc_send_first = 0xa0,
+  xrc_send_middle = 0xa1,
+  xrc_send_last = 0xa2,
+  xrc_send_last_imm = 0xa3,
+  xrc_send_only = 0xa4,
+  xrc_send_only_imm = 0xa5,
+  xrc_write_first = 0xa6,
+  xrc_write_middle = 0xa7,
+  xrc_write_last = 0xa8,
+  xrc_write_last_imm = 0xa9,
+  xrc_write_only = 0xaa,
+  xrc_write_only_imm = 0xab,
+  xrc_read_request = 0xac,
+  xrc_read_response_first = 0xad,
+  xrc_read_response_middle = 0xae,
+  xrc_read_response_last = 0xaf,
+  xrc_read_response_only = 0xb0,
+  xrc_ack = 0xb1,
+  xrc_atomic_ack = 0xb2,
+  xrc_compare_swap = 0xb3,
+  xrc_fetch_add = 0xb4,
+  xrc_send_last_inv = 0xb6,
+  xrc_send_only_inv = 0xb7,
 };
 
 enum class Service : uint8_t { rc, uc, rd, ud, cnp, xrc, none };
@@ -61,9 +103,9 @@ inline constexpr uint32_t kResponse = 1u << 12;  // responder -> requester
 // operation
 inline constexpr uint32_t kSend = 1u << 13;
 inline constexpr uint32_t kWrite = 1u << 14;
-inline constexpr uint32_t kRead = 1u << 15;      // READ request or READ response
-inline constexpr uint32_t kAtomic = 1u << 16;    // atomic request or atomic ack
-inline constexpr uint32_t kAck = 1u << 17;       // plain ACK/NAK (not the atomic ACK)
+inline constexpr uint32_t kRead = 1u << 15;    // READ request or READ response
+inline constexpr uint32_t kAtomic = 1u << 16;  // atomic request or atomic ack
+inline constexpr uint32_t kAck = 1u << 17;     // plain ACK/NAK (not the atomic ACK)
 // position in the message; single-packet messages (READ request, atomics,
 // ACK, atomic ACK, UD sends) are kOnly.  CNP has no position.
 inline constexpr uint32_t kFirst = 1u << 18;
@@ -92,10 +134,10 @@ inline constexpr unsigned kIcrcLen = 4;
 inline constexpr unsigned kMaxHeaderLen = kBthLen + kXrcethLen + kAtomicEthLen;
 
 struct OpcodeInfo {
-  const char* name;     // "RC_SEND_FIRST"; nullptr for an opcode we do not know
-  uint32_t flags;       // op::k*
+  const char* name;  // "RC_SEND_FIRST"; nullptr for an opcode we do not know
+  uint32_t flags;    // op::k*
   Service service;
-  uint8_t header_len;   // BTH + all extension headers (for CNP: + 16 reserved bytes)
+  uint8_t header_len;  // BTH + all extension headers (for CNP: + 16 reserved bytes)
   // offsets from the start of the BTH; 0 = header absent
   uint8_t xrceth, reth, aeth, atomic_eth, atomic_ack_eth, imm, ieth, deth;
 
@@ -148,41 +190,28 @@ inline constexpr OpRow kConnectedOps[] = {
     {0x00, kSendReq | op::kFirst, "RC_SEND_FIRST", "UC_SEND_FIRST", "XRC_SEND_FIRST"},
     {0x01, kSendReq | op::kMiddle, "RC_SEND_MIDDLE", "UC_SEND_MIDDLE", "XRC_SEND_MIDDLE"},
     {0x02, kSendReq | op::kLast | kRecv, "RC_SEND_LAST", "UC_SEND_LAST", "XRC_SEND_LAST"},
-    {0x03, kSendReq | op::kLast | kRecv | op::kImm, "RC_SEND_LAST_IMM", "UC_SEND_LAST_IMM",
-     "XRC_SEND_LAST_IMM"},
+    {0x03, kSendReq | op::kLast | kRecv | op::kImm, "RC_SEND_LAST_IMM", "UC_SEND_LAST_IMM", "XRC_SEND_LAST_IMM"},
     {0x04, kSendReq | op::kOnly | kRecv, "RC_SEND_ONLY", "UC_SEND_ONLY", "XRC_SEND_ONLY"},
-    {0x05, kSendReq | op::kOnly | kRecv | op::kImm, "RC_SEND_ONLY_IMM", "UC_SEND_ONLY_IMM",
-     "XRC_SEND_ONLY_IMM"},
-    {0x06, kWriteReq | op::kFirst | op::kReth, "RC_WRITE_FIRST", "UC_WRITE_FIRST",
-     "XRC_WRITE_FIRST"},
+    {0x05, kSendReq | op::kOnly | kRecv | op::kImm, "RC_SEND_ONLY_IMM", "UC_SEND_ONLY_IMM", "XRC_SEND_ONLY_IMM"},
+    {0x06, kWriteReq | op::kFirst | op::kReth, "RC_WRITE_FIRST", "UC_WRITE_FIRST", "XRC_WRITE_FIRST"},
     {0x07, kWriteReq | op::kMiddle, "RC_WRITE_MIDDLE", "UC_WRITE_MIDDLE", "XRC_WRITE_MIDDLE"},
     {0x08, kWriteReq | op::kLast, "RC_WRITE_LAST", "UC_WRITE_LAST", "XRC_WRITE_LAST"},
-    {0x09, kWriteReq | op::kLast | kRecv | op::kImm, "RC_WRITE_LAST_IMM", "UC_WRITE_LAST_IMM",
-     "XRC_WRITE_LAST_IMM"},
+    {0x09, kWriteReq | op::kLast | kRecv | op::kImm, "RC_WRITE_LAST_IMM", "UC_WRITE_LAST_IMM", "XRC_WRITE_LAST_IMM"},
     {0x0a, kWriteReq | op::kOnly | op::kReth, "RC_WRITE_ONLY", "UC_WRITE_ONLY", "XRC_WRITE_ONLY"},
-    {0x0b, kWriteReq | op::kOnly | kRecv | op::kReth | op::kImm, "RC_WRITE_ONLY_IMM",
-     "UC_WRITE_ONLY_IMM", "XRC_WRITE_ONLY_IMM"},
-    {0x0c, op::kRequest | op::kRead | op::kOnly | op::kReth, "RC_READ_REQUEST", nullptr,
-     "XRC_READ_REQUEST"},
-    {0x0d, kReadResp | op::kFirst | op::kAeth, "RC_READ_RESPONSE_FIRST", nullptr,
-     "XRC_READ_RESPONSE_FIRST"},
-    {0x0e, kReadResp | op::kMiddle, "RC_READ_RESPONSE_MIDDLE", nullptr,
-     "XRC_READ_RESPONSE_MIDDLE"},
-    {0x0f, kReadResp | op::kLast | op::kAeth, "RC_READ_RESPONSE_LAST", nullptr,
-     "XRC_READ_RESPONSE_LAST"},
-    {0x10, kReadResp | op::kOnly | op::kAeth, "RC_READ_RESPONSE_ONLY", nullptr,
-     "XRC_READ_RESPONSE_ONLY"},
+    {0x0b, kWriteReq | op::kOnly | kRecv | op::kReth | op::kImm, "RC_WRITE_ONLY_IMM", "UC_WRITE_ONLY_IMM",
+     "XRC_WRITE_ONLY_IMM"},
+    {0x0c, op::kRequest | op::kRead | op::kOnly | op::kReth, "RC_READ_REQUEST", nullptr, "XRC_READ_REQUEST"},
+    {0x0d, kReadResp | op::kFirst | op::kAeth, "RC_READ_RESPONSE_FIRST", nullptr, "XRC_READ_RESPONSE_FIRST"},
+    {0x0e, kReadResp | op::kMiddle, "RC_READ_RESPONSE_MIDDLE", nullptr, "XRC_READ_RESPONSE_MIDDLE"},
+    {0x0f, kReadResp | op::kLast | op::kAeth, "RC_READ_RESPONSE_LAST", nullptr, "XRC_READ_RESPONSE_LAST"},
+    {0x10, kReadResp | op::kOnly | op::kAeth, "RC_READ_RESPONSE_ONLY", nullptr, "XRC_READ_RESPONSE_ONLY"},
     {0x11, op::kResponse | op::kAck | op::kOnly | op::kAeth, "RC_ACK", nullptr, "XRC_ACK"},
-    {0x12, op::kResponse | op::kAtomic | op::kOnly | op::kAeth | op::kAtomicAckEth,
-     "RC_ATOMIC_ACK", nullptr, "XRC_ATOMIC_ACK"},
-    {0x13, op::kRequest | op::kAtomic | op::kOnly | op::kAtomicEth, "RC_COMPARE_SWAP", nullptr,
-     "XRC_COMPARE_SWAP"},
-    {0x14, op::kRequest | op::kAtomic | op::kOnly | op::kAtomicEth, "RC_FETCH_ADD", nullptr,
-     "XRC_FETCH_ADD"},
-    {0x16, kSendReq | op::kLast | kRecv | op::kIeth, "RC_SEND_LAST_INV", nullptr,
-     "XRC_SEND_LAST_INV"},
-    {0x17, kSendReq | op::kOnly | kRecv | op::kIeth, "RC_SEND_ONLY_INV", nullptr,
-     "XRC_SEND_ONLY_INV"},
+    {0x12, op::kResponse | op::kAtomic | op::kOnly | op::kAeth | op::kAtomicAckEth, "RC_ATOMIC_ACK", nullptr,
+     "XRC_ATOMIC_ACK"},
+    {0x13, op::kRequest | op::kAtomic | op::kOnly | op::kAtomicEth, "RC_COMPARE_SWAP", nullptr, "XRC_COMPARE_SWAP"},
+    {0x14, op::kRequest | op::kAtomic | op::kOnly | op::kAtomicEth, "RC_FETCH_ADD", nullptr, "XRC_FETCH_ADD"},
+    {0x16, kSendReq | op::kLast | kRecv | op::kIeth, "RC_SEND_LAST_INV", nullptr, "XRC_SEND_LAST_INV"},
+    {0x17, kSendReq | op::kOnly | kRecv | op::kIeth, "RC_SEND_ONLY_INV", nullptr, "XRC_SEND_ONLY_INV"},
 };
 
 constexpr std::array<OpcodeInfo, 256> make_opcode_table() noexcept {

@@ -19,8 +19,7 @@ constexpr uint8_t kPadMask = 0x3, kTverMask = 0xf;
 // against header_len before, so these can only fail on a table bug.
 bool read_bth(Reader r, Bth& b) noexcept {
   uint8_t b1 = 0, b4 = 0, b8 = 0;
-  bool ok = r.u8(b.opcode) && r.u8(b1) && r.u16(b.pkey) && r.u8(b4) && r.u24(b.dest_qp) &&
-            r.u8(b8) && r.u24(b.psn);
+  bool ok = r.u8(b.opcode) && r.u8(b1) && r.u16(b.pkey) && r.u8(b4) && r.u24(b.dest_qp) && r.u8(b8) && r.u24(b.psn);
   b.solicited = b1 & kSolicited;
   b.mig_req = b1 & kMigReq;
   b.pad = (b1 >> kPadShift) & kPadMask;
@@ -48,8 +47,7 @@ bool read_headers(std::span<const uint8_t> h, const OpcodeInfo& oi, Headers& out
   }
   if (oi.atomic_eth) {
     Reader r = at(oi.atomic_eth);
-    ok &= r.u64(out.atomic.va) && r.u32(out.atomic.rkey) && r.u64(out.atomic.swap_add) &&
-          r.u64(out.atomic.compare);
+    ok &= r.u64(out.atomic.va) && r.u32(out.atomic.rkey) && r.u64(out.atomic.swap_add) && r.u64(out.atomic.compare);
   }
   if (oi.aeth) {
     Reader r = at(oi.aeth);
@@ -112,8 +110,8 @@ size_t encode_headers(const Headers& h, std::span<uint8_t> out) noexcept {
   uint8_t* p = out.data();
   const Bth& b = h.bth;
   p[0] = b.opcode;
-  p[1] = uint8_t((b.solicited ? kSolicited : 0) | (b.mig_req ? kMigReq : 0) |
-                 (b.pad & kPadMask) << kPadShift | (b.tver & kTverMask));
+  p[1] = uint8_t((b.solicited ? kSolicited : 0) | (b.mig_req ? kMigReq : 0) | (b.pad & kPadMask) << kPadShift |
+                 (b.tver & kTverMask));
   store_be16(p + 2, b.pkey);
   p[4] = uint8_t((b.fecn ? kFecn : 0) | (b.becn ? kBecn : 0));
   store_be24(p + 5, b.dest_qp);

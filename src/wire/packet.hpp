@@ -48,9 +48,7 @@ bool decode(std::span<const uint8_t> udp_payload, Packet& out, DecodeError& err)
 size_t encode_headers(const Headers& h, std::span<uint8_t> out) noexcept;
 
 // Pad bytes needed after `payload_len` bytes of payload.
-inline constexpr uint8_t pad_for(size_t payload_len) noexcept {
-  return uint8_t((4 - (payload_len & 3)) & 3);
-}
+inline constexpr uint8_t pad_for(size_t payload_len) noexcept { return uint8_t((4 - (payload_len & 3)) & 3); }
 
 // Length of the whole UDP payload (BTH .. ICRC) of a packet of opcode `i`
 // carrying `payload_len` bytes of payload.

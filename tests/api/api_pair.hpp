@@ -56,8 +56,8 @@ inline void fill(std::span<std::byte> b, uint32_t seed) {
   }
 }
 
-constexpr uint32_t kAllAccess = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
-                                access::kRemoteAtomic;
+constexpr uint32_t kAllAccess =
+    access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
 
 struct PairOptions {
   QpType type = QpType::rc;
@@ -66,7 +66,7 @@ struct PairOptions {
   bool channel = false;           // completion channels on the CQs
   bool srq_b = false;             // B receives through an SRQ
   size_t buf_size = 1 << 20;
-  uint32_t access = kAllAccess;   // MR access of both buffers
+  uint32_t access = kAllAccess;  // MR access of both buffers
   uint32_t cqe = 256;
   bool connect = true;
   std::optional<FaultConfig> faults_a{}, faults_b{};  // DeviceInfo::faults

@@ -44,8 +44,8 @@ TEST(CompletionQueue, CompletionsComeOldestFirstAndByBatch) {
   sges.reserve(5);
   for (int i = 0; i < 5; ++i) sges.push_back(p.a.sge(size_t(i) * 64, 64));
   for (int i = 0; i < 5; ++i)
-    wrs.push_back(rdma(WrOpcode::rdma_write, sges[size_t(i)], p.b.addr(size_t(i) * 64), p.b.mr->rkey(),
-                       100 + uint64_t(i)));
+    wrs.push_back(
+        rdma(WrOpcode::rdma_write, sges[size_t(i)], p.b.addr(size_t(i) * 64), p.b.mr->rkey(), 100 + uint64_t(i)));
   must(p.a.qp->post_send(wrs), "post 5");
   std::vector<Wc> got;
   while (got.size() < 5) {

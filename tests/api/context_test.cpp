@@ -16,8 +16,10 @@ class EnvGuard {
   }
   ~EnvGuard() {
     for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
-      else ::unsetenv(it->first.c_str());
+      if (it->second)
+        ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else
+        ::unsetenv(it->first.c_str());
     }
   }
 
@@ -180,9 +182,7 @@ TEST(Context, AsyncEventWaitTimesOut) {
   EXPECT_GE(ctx.async_fd(), 0);
 }
 
-TEST(Version, IsTheProjectVersion) {
-  EXPECT_STREQ(version(), UROCE_PROJECT_VERSION);
-}
+TEST(Version, IsTheProjectVersion) { EXPECT_STREQ(version(), UROCE_PROJECT_VERSION); }
 
 }  // namespace
 }  // namespace uroce::apitest

@@ -133,8 +133,7 @@ TEST(MemoryRegion, BoundsAreEnforcedRemotely) {
   Pair p;
   Sge s = p.a.sge(0, 128);
   // 64 bytes inside the end of B's region, 64 beyond.
-  must(p.a.qp->post_send(rdma(WrOpcode::rdma_write, s, p.b.addr(p.b.buf.size() - 64), p.b.mr->rkey())),
-       "write");
+  must(p.a.qp->post_send(rdma(WrOpcode::rdma_write, s, p.b.addr(p.b.buf.size() - 64), p.b.mr->rkey())), "write");
   EXPECT_EQ(wait_wc(*p.a.scq).status, WcStatus::rem_access_err);
 }
 

@@ -1,9 +1,8 @@
 // The example of the README, built and run by the test suite.
-#include <uroce/uroce.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <uroce/uroce.hpp>
 
 using namespace uroce;
 
@@ -37,8 +36,12 @@ int main() {
   // RDMA WRITE: A puts bytes into B's memory knowing its address and rkey;
   // no code of B's runs (its NIC's progress thread does the work).
   Sge sge = mr_a.sge(0, sizeof src);
-  must(qp_a.post_send({.wr_id = 1, .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled,
-                       .sg_list = {&sge, 1}, .remote_addr = mr_b.addr(), .rkey = mr_b.rkey()}));
+  must(qp_a.post_send({.wr_id = 1,
+                       .opcode = WrOpcode::rdma_write,
+                       .send_flags = send_flags::kSignaled,
+                       .sg_list = {&sge, 1},
+                       .remote_addr = mr_b.addr(),
+                       .rkey = mr_b.rkey()}));
   Wc wc;
   while (must(cq_a.poll({&wc, 1})) == 0) {
   }

@@ -72,8 +72,12 @@ TEST(Stats, CountersReachTheFileWithinATenthOfASecond) {
   auto smr = must(p.a.pd->reg_mr(src.data(), src.size(), kAllAccess), "reg_mr");
   for (int i = 0; i < 8; ++i) {
     Sge sge = smr.sge(0, uint32_t(src.size()));
-    must(p.a.qp->post_send({.wr_id = uint64_t(i), .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled,
-                            .sg_list = {&sge, 1}, .remote_addr = p.b.mr->addr(), .rkey = p.b.mr->rkey()}),
+    must(p.a.qp->post_send({.wr_id = uint64_t(i),
+                            .opcode = WrOpcode::rdma_write,
+                            .send_flags = send_flags::kSignaled,
+                            .sg_list = {&sge, 1},
+                            .remote_addr = p.b.mr->addr(),
+                            .rkey = p.b.mr->rkey()}),
          "post_send");
     Wc wc;
     ASSERT_EQ(must(p.a.scq->poll_for({&wc, 1}, 5s), "poll"), 1);
@@ -131,8 +135,12 @@ TEST(Faults, DeviceInfoFaultsAreInEffectAndCounted) {
   auto smr = must(p.a.pd->reg_mr(src.data(), src.size(), kAllAccess), "reg_mr");
   for (int i = 0; i < 20; ++i) {
     Sge sge = smr.sge(0, uint32_t(src.size()));
-    must(p.a.qp->post_send({.wr_id = uint64_t(i), .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled,
-                            .sg_list = {&sge, 1}, .remote_addr = p.b.mr->addr(), .rkey = p.b.mr->rkey()}),
+    must(p.a.qp->post_send({.wr_id = uint64_t(i),
+                            .opcode = WrOpcode::rdma_write,
+                            .send_flags = send_flags::kSignaled,
+                            .sg_list = {&sge, 1},
+                            .remote_addr = p.b.mr->addr(),
+                            .rkey = p.b.mr->rkey()}),
          "post_send");
     Wc wc;
     ASSERT_EQ(must(p.a.scq->poll_for({&wc, 1}, 10s), "poll"), 1);
@@ -160,8 +168,12 @@ TEST(Faults, DelayedPacketsAreNotStrandedWhileTheApplicationSleeps) {
   for (int i = 0; i < 3; ++i) {
     must(p.a.scq->req_notify(), "req_notify");
     Sge sge = smr.sge(0, uint32_t(src.size()));
-    must(p.a.qp->post_send({.wr_id = uint64_t(i), .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled,
-                            .sg_list = {&sge, 1}, .remote_addr = p.b.mr->addr(), .rkey = p.b.mr->rkey()}),
+    must(p.a.qp->post_send({.wr_id = uint64_t(i),
+                            .opcode = WrOpcode::rdma_write,
+                            .send_flags = send_flags::kSignaled,
+                            .sg_list = {&sge, 1},
+                            .remote_addr = p.b.mr->addr(),
+                            .rkey = p.b.mr->rkey()}),
          "post_send");
     const auto t0 = std::chrono::steady_clock::now();
     CompletionQueue* cq = must(p.a.channel->get_event(5000), "get_event (stranded packets?)");

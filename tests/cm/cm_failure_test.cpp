@@ -69,8 +69,7 @@ TEST_F(Cm_, EveryMadDuplicatedStillOneEventEach) {
   deliver(twice);
   advance(ms(600));
   EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established, ET::disconnected, ET::timewait_exit}));
-  EXPECT_EQ(b.rec.of(s),
-            (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected, ET::timewait_exit}));
+  EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected, ET::timewait_exit}));
   EXPECT_EQ(qa.mods.size(), 4u);
   EXPECT_EQ(qb.mods.size(), 4u);
 }

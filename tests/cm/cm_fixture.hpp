@@ -2,10 +2,10 @@
 // of a fake host (cm_harness.hpp), and a connect helper.
 #pragma once
 
-#include <cstring>
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "cm_harness.hpp"
 

@@ -237,7 +237,6 @@ TEST_F(Cm_, PeerOfAnotherHostIsNotCheckedForLife) {
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established}));
 }
 
-
 // A peer the registry cannot vouch for (another host) is probed every
 // second; while its CM answers, nothing happens; three probes unanswered and
 // its connections end with DISCONNECTED.

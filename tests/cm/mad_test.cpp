@@ -3,12 +3,13 @@
 // DREP (65): each decodes to the values read off the capture and encodes
 // back byte for byte.  Plus round trips of the messages the capture lacks,
 // and the bounds checks.
+#include "cm/mad.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "cm/mad.hpp"
 #include "support/hex.hpp"
 #include "support/pcap.hpp"
 #include "wire/packet.hpp"

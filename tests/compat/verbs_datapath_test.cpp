@@ -353,8 +353,7 @@ TEST_F(Verbs, UdWithAnAddressHandleFromTheWorkCompletion) {
   EXPECT_EQ(r.src_qp, a->qp_num);
   EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[8192 + 40]), "ping");
   // Reply to the sender with an AH made from the completion and its GRH.
-  ibv_ah* back =
-      ibv_create_ah_from_wc(pd_, const_cast<ibv_wc*>(&r), reinterpret_cast<ibv_grh*>(&buf_[8192]), 1);
+  ibv_ah* back = ibv_create_ah_from_wc(pd_, const_cast<ibv_wc*>(&r), reinterpret_cast<ibv_grh*>(&buf_[8192]), 1);
   ASSERT_NE(back, nullptr) << std::strerror(errno);
   std::memcpy(&buf_[64], "pong", 5);
   s = sge(64, 5);

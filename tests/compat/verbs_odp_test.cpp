@@ -10,8 +10,8 @@ namespace compat_test {
 // access error, and the process that owns the memory does not crash.
 TEST_F(Verbs, OdpAccessToUnmappedMemoryIsARemoteAccessError) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  auto* area = static_cast<uint8_t*>(
-      mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* area =
+      static_cast<uint8_t*>(mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(area, MAP_FAILED);
   uint8_t* rw = area;
   uint8_t* ro = area + page;
@@ -71,8 +71,7 @@ TEST_F(Verbs, OdpAccessToUnmappedMemoryIsARemoteAccessError) {
 
   // Prefetch faults mapped ranges in and refuses the others.
   ibv_sge s{reinterpret_cast<uintptr_t>(rw), uint32_t(page), implicit->lkey};
-  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IB_UVERBS_ADVISE_MR_FLAG_FLUSH, &s, 1),
-            0);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IB_UVERBS_ADVISE_MR_FLAG_FLUSH, &s, 1), 0);
   s.addr = reinterpret_cast<uintptr_t>(ro);
   EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &s, 1), 0);
   EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &s, 1), EFAULT);

@@ -49,9 +49,12 @@ int main(int argc, char** argv) {
   long mutations = 0;
   uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--mutations") && i + 1 < argc) mutations = std::atol(argv[++i]);
-    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10) | 1;
-    else for (auto& f : load(argv[i])) corpus.push_back(std::move(f));
+    if (!std::strcmp(argv[i], "--mutations") && i + 1 < argc)
+      mutations = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = std::strtoull(argv[++i], nullptr, 10) | 1;
+    else
+      for (auto& f : load(argv[i])) corpus.push_back(std::move(f));
   }
   if (corpus.empty()) {
     std::fprintf(stderr, "rx_replay: no inputs\n");

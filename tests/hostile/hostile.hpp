@@ -9,6 +9,7 @@
 // that no region changed.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -17,8 +18,6 @@
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "net/fake_io.hpp"
 #include "support/roce_packet.hpp"
@@ -81,8 +80,8 @@ class Victim {
   std::unique_ptr<Context> ctx;
   std::unique_ptr<Pd> pd, pd2;
   std::unique_ptr<Cq> cq;
-  std::unique_ptr<Qp> qp;         // all remote rights
-  std::unique_ptr<Qp> qp_none;    // no remote rights at all
+  std::unique_ptr<Qp> qp;       // all remote rights
+  std::unique_ptr<Qp> qp_none;  // no remote rights at all
   Region all, read_only, write_only, other_pd, recv;
   // what the attacker believes the victim expects next, per QP
   uint32_t epsn = kRqPsn, epsn_none = kRqPsn;
@@ -158,9 +157,9 @@ class Victim {
     a.ah_attr.is_global = true;
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 1;
-    EXPECT_TRUE(q->modify(a, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic |
-                                 m::kMinRnrTimer)
-                    .ok());
+    EXPECT_TRUE(
+        q->modify(a, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic | m::kMinRnrTimer)
+            .ok());
     return q;
   }
 

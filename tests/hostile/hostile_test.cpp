@@ -1,9 +1,9 @@
 // Hostile traffic: hand-built packets that must be refused before a byte
 // moves, each counted under its reason, with every region of the victim
 // between guard pages (hostile.hpp).
-#include <random>
-
 #include "hostile.hpp"
+
+#include <random>
 
 namespace uroce::test {
 namespace {
@@ -48,7 +48,7 @@ TEST(Hostile, BadIcrcIsDropped) {
   auto spoiled_payload = p;
   spoiled_payload[40] ^= 0x80;  // in the data: the ICRC no longer matches
   auto spoiled_header = p;
-  spoiled_header[20] ^= 0x01;   // in the RETH's rkey
+  spoiled_header[20] ^= 0x01;  // in the RETH's rkey
   v.send({spoiled_icrc, spoiled_payload, spoiled_header});
   const auto c = v.counters();
   EXPECT_EQ(c.rx_icrc_bad, 3u);
@@ -61,13 +61,13 @@ TEST(Hostile, MalformedAndTruncatedAreDropped) {
   Victim v;
   auto p = Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), v.all.rkey(), 64), bytes(64));
   std::vector<std::vector<uint8_t>> bad;
-  bad.emplace_back(p.begin(), p.begin() + 11);       // shorter than a BTH
-  bad.emplace_back(p.begin(), p.begin() + 30);       // RETH cut
+  bad.emplace_back(p.begin(), p.begin() + 11);  // shorter than a BTH
+  bad.emplace_back(p.begin(), p.begin() + 30);  // RETH cut
   auto unknown = p;
-  unknown[0] = 0x1f;                                  // no such opcode
+  unknown[0] = 0x1f;  // no such opcode
   bad.push_back(unknown);
   auto tver = p;
-  tver[1] |= 0x0f;                                    // TVer 15
+  tver[1] |= 0x0f;  // TVer 15
   bad.push_back(tver);
   v.send(bad);
   EXPECT_EQ(v.counters().rx_malformed, 4u);
@@ -185,8 +185,7 @@ TEST(Hostile, GuessedRkeysAreRefused) {
   EXPECT_GE(c.resp_access_naks_sent, 1u);
   auto a = v.answers();
   EXPECT_FALSE(has_read_data(a));
-  for (const auto& [type, code] : naks(a))
-    EXPECT_EQ(code, uint8_t(NakCode::remote_access_error)) << int(type);
+  for (const auto& [type, code] : naks(a)) EXPECT_EQ(code, uint8_t(NakCode::remote_access_error)) << int(type);
   v.expect_untouched("guessed rkeys");
 }
 
@@ -251,8 +250,10 @@ TEST(Hostile, SendLongerThanTheReceiveBufferIsRefused) {
   std::vector<std::vector<uint8_t>> pkts;
   pkts.push_back(Victim::packet(first, bytes(1024, 0x44)));
   for (uint32_t i = 1; i < 4; ++i)
-    pkts.push_back(Victim::packet(bth(uint8_t(Opcode::rc_send_middle), v.qp->qpn(), v.epsn + i, false), bytes(1024, 0x44)));
-  pkts.push_back(Victim::packet(bth(uint8_t(Opcode::rc_send_middle), v.qp->qpn(), v.epsn + 4, false), bytes(1024, 0x45)));
+    pkts.push_back(
+        Victim::packet(bth(uint8_t(Opcode::rc_send_middle), v.qp->qpn(), v.epsn + i, false), bytes(1024, 0x44)));
+  pkts.push_back(
+      Victim::packet(bth(uint8_t(Opcode::rc_send_middle), v.qp->qpn(), v.epsn + 4, false), bytes(1024, 0x45)));
   pkts.push_back(Victim::packet(bth(uint8_t(Opcode::rc_send_last), v.qp->qpn(), v.epsn + 5), bytes(1024, 0x46)));
   v.send(pkts);
   EXPECT_EQ(v.counters().resp_len_errors, 1u);
@@ -337,8 +338,8 @@ TEST(Hostile, ForgedAndStaleResponsesAreIgnored) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 4;
-  ASSERT_TRUE(v.qp->modify(a, m::kState | m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic)
-                  .ok());
+  ASSERT_TRUE(
+      v.qp->modify(a, m::kState | m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic).ok());
   // READ 64 bytes of the "peer" into the first 64 bytes of `all`.
   Sge sge{v.all.addr(), 64, v.all.mr->lkey()};
   SendWr wr;

@@ -89,7 +89,8 @@ TEST(Limits, MemoryRegionsPerProcess) {
   EXPECT_NE(last.to_string().find("memory region table full"), std::string::npos) << last.to_string();
   EXPECT_EQ(d.ctx->device_attr().max_mr, MrTable::kMaxMrs - 1) << "what the device reports is what it enforces";
   mrs.pop_back();
-  EXPECT_TRUE(Mr::reg(*d.pd, uint64_t(uintptr_t(page)), sizeof page, uint64_t(uintptr_t(page)), access::kLocalWrite).ok());
+  EXPECT_TRUE(
+      Mr::reg(*d.pd, uint64_t(uintptr_t(page)), sizeof page, uint64_t(uintptr_t(page)), access::kLocalWrite).ok());
   mrs.clear();
 }
 

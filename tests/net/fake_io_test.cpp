@@ -2,14 +2,13 @@
 // steering protocol tests rely on.
 #include "net/fake_io.hpp"
 
+#include <gtest/gtest.h>
 #include <poll.h>
 
 #include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace uroce::net {
 namespace {
@@ -153,9 +152,9 @@ TEST(FakeIo, HoldDropDuplicateReorderInject) {
   auto q = n.net->peek(kB);
   ASSERT_EQ(q.size(), 4u);
   EXPECT_EQ(q[2].data, Bytes{2});
-  EXPECT_TRUE(n.net->reorder(kB, {3, 1, 2, 0}));  // 3 1 2 0
-  EXPECT_TRUE(n.net->drop(kB, 1));                 // 3 2 0
-  EXPECT_TRUE(n.net->duplicate(kB, 2));            // 3 2 0 0
+  EXPECT_TRUE(n.net->reorder(kB, {3, 1, 2, 0}));               // 3 1 2 0
+  EXPECT_TRUE(n.net->drop(kB, 1));                             // 3 2 0
+  EXPECT_TRUE(n.net->duplicate(kB, 2));                        // 3 2 0 0
   EXPECT_TRUE(n.net->inject(kB, FakePacket{kA, kB, 0, {9}}));  // 3 2 0 0 9
   EXPECT_FALSE(n.net->drop(kB, 5));
   EXPECT_FALSE(n.net->reorder(kB, {0, 0, 1, 2, 3}));  // not a permutation

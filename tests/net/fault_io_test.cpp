@@ -4,6 +4,7 @@
 // the opcode-class filter, GSO trains split.
 #include "net/fault_io.hpp"
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 
@@ -12,8 +13,6 @@
 #include <cstring>
 #include <map>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "net/fake_io.hpp"
 
@@ -26,9 +25,9 @@ using namespace std::chrono_literals;
 const Endpoint kA{*IpAddr::parse("10.0.0.1"), 4791};
 const Endpoint kB{*IpAddr::parse("10.0.0.2"), 4791};
 
-constexpr uint8_t kSendOnly = 0x04;   // data class
-constexpr uint8_t kAck = 0x11;        // ack class
-constexpr uint8_t kReadReq = 0x0c;    // read class
+constexpr uint8_t kSendOnly = 0x04;  // data class
+constexpr uint8_t kAck = 0x11;       // ack class
+constexpr uint8_t kReadReq = 0x0c;   // read class
 
 // ------------------------------------------------------------------- syntax
 
@@ -71,8 +70,8 @@ TEST(FaultSyntax, DirectionsPercentagesUnitsAndClasses) {
 }
 
 TEST(FaultSyntax, MistakesAreNamed) {
-  for (const char* bad : {"drop=1.5", "drop=-0.1", "drop", "loss=0.1", "dir=up", "ops=data+writes",
-                          "reorder=0.1:0", "delay=0.1:10years", "seed=x", "drop=0.1:5", "tx.flip=0.1"}) {
+  for (const char* bad : {"drop=1.5", "drop=-0.1", "drop", "loss=0.1", "dir=up", "ops=data+writes", "reorder=0.1:0",
+                          "delay=0.1:10years", "seed=x", "drop=0.1:5", "tx.flip=0.1"}) {
     auto c = parse_faults(bad);
     EXPECT_FALSE(c.ok()) << bad;
     if (!c.ok()) {
@@ -116,8 +115,8 @@ uint32_t seq_of(std::span<const uint8_t> d) {
 
 struct Rig {
   std::shared_ptr<FakeNetwork> net = FakeNetwork::create();
-  std::unique_ptr<FaultIo> a;      // faults here
-  std::unique_ptr<PacketIo> b;     // plain, or with faults too
+  std::unique_ptr<FaultIo> a;   // faults here
+  std::unique_ptr<PacketIo> b;  // plain, or with faults too
   explicit Rig(const FaultConfig& fa, std::optional<FaultConfig> fb = std::nullopt) {
     net->set_queue_limit(1 << 20);
     auto ia = net->attach(kA).value();
@@ -133,9 +132,11 @@ struct Rig {
     for (uint32_t i = 0; i < n; i += uint32_t(batch)) {
       bufs.clear();
       pkts.clear();
-      for (uint32_t j = i; j < std::min<uint32_t>(n, i + uint32_t(batch)); ++j) bufs.push_back(make_pkt(opcode, first + j));
-      for (auto& b : bufs) pkts.push_back(TxPacket{kB, std::span<const uint8_t>(b.data(), 12),
-                                                   std::span<const uint8_t>(b.data() + 12, b.size() - 12), {}, 0});
+      for (uint32_t j = i; j < std::min<uint32_t>(n, i + uint32_t(batch)); ++j)
+        bufs.push_back(make_pkt(opcode, first + j));
+      for (auto& b : bufs)
+        pkts.push_back(TxPacket{
+            kB, std::span<const uint8_t>(b.data(), 12), std::span<const uint8_t>(b.data() + 12, b.size() - 12), {}, 0});
       a->send_batch(pkts);
     }
   }

@@ -4,6 +4,7 @@
 #include "net/registry.hpp"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -22,8 +23,6 @@
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "net/proc_info.hpp"
 #include "net/registry_layout.hpp"
@@ -45,7 +44,9 @@ struct Pipe {
     if (::pipe2(fds, O_CLOEXEC) == 0) r.reset(fds[0]), w.reset(fds[1]);
   }
   template <class T>
-  void put(const T& v) { (void)!::write(w.get(), &v, sizeof v); }
+  void put(const T& v) {
+    (void)!::write(w.get(), &v, sizeof v);
+  }
   template <class T>
   bool get(T& v, int timeout_ms = 10000) {
     size_t got = 0;
@@ -105,8 +106,7 @@ class Registry : public ::testing::Test {
  protected:
   void SetUp() override {
     static int n = 0;
-    path_ = ::testing::TempDir() + "uroce-registry-test-" + std::to_string(::getpid()) + "-" +
-            std::to_string(n++);
+    path_ = ::testing::TempDir() + "uroce-registry-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
     ::unlink(path_.c_str());
   }
   void TearDown() override { ::unlink(path_.c_str()); }
@@ -302,8 +302,7 @@ TEST_F(Registry, PublishLookupAcrossProcesses) {
     auto r = HostRegistry::open(path_);
     if (!r.ok()) return 1;
     auto& reg = **r;
-    if (!reg.publish(kLo4, 5555).ok() || !reg.publish(kLo6, 6666).ok() ||
-        !reg.publish(IpAddr::from_v4(0), 7777).ok())
+    if (!reg.publish(kLo4, 5555).ok() || !reg.publish(kLo6, 6666).ok() || !reg.publish(IpAddr::from_v4(0), 7777).ok())
       return 2;
     out.put(reg.slot());
     char c;
@@ -375,7 +374,7 @@ TEST_F(Registry, NetworkNamespacesAreSeparate) {
   EXPECT_EQ(inside.parents, 0);  // ours is not visible there
   EXPECT_TRUE(me->alive(inside.slot));
   EXPECT_FALSE(me->lookup_port(inside.slot, kLo4));  // nor its binding here
-  EXPECT_EQ(same.parents, 4000);  // control: same namespace sees each other
+  EXPECT_EQ(same.parents, 4000);                     // control: same namespace sees each other
   EXPECT_EQ(me->lookup_port(same.slot, kLo4), 5000);
   hold.w.reset();
   EXPECT_EQ(reap(k1), 0);

@@ -3,9 +3,8 @@
 // packets that say who made them and check their own bytes.
 #pragma once
 
-#include "net/shm_io.hpp"
-
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -20,9 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "net/fault_io.hpp"
+#include "net/shm_io.hpp"
 #include "support/roce_packet.hpp"
 #include "wire/icrc.hpp"
 #include "wire/opcode.hpp"

@@ -2,12 +2,11 @@
 // as packets whose IPv4 IDs count up from 0 (so each packet's ICRC, computed
 // for that ID, is valid on the wire), or, at a GRO socket, as one datagram
 // that recv_batch cuts back into the packets with their ID hints.
+#include <gtest/gtest.h>
 #include <poll.h>
 
 #include <chrono>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "net/udp_io.hpp"
 #include "wire/headers.hpp"
@@ -46,8 +45,7 @@ struct Train {
       const size_t hl = wire::encode_headers(h, p);
       for (size_t k = 0; k < len; ++k) p[hl + k] = uint8_t(i * 7 + k);
       p.resize(hl + len + wire::kIcrcLen);
-      wire::IpUdpFields ip{from.local().addr, to.local().addr, from.local().port,
-                           to.local().port, uint16_t(i), 0x4000};
+      wire::IpUdpFields ip{from.local().addr, to.local().addr, from.local().port, to.local().port, uint16_t(i), 0x4000};
       wire::put_icrc(wire::compute_icrc(ip, p), p.data() + p.size() - 4);
       pkts.push_back(std::move(p));
     }
@@ -64,8 +62,7 @@ std::vector<std::pair<Bytes, uint16_t>> recv_n(UdpIo& io, size_t n) {
     pollfd p{io.wait_fd(), POLLIN, 0};
     ::poll(&p, 1, 20);
     const size_t k = io.recv_batch(rx);
-    for (size_t i = 0; i < k; ++i)
-      got.emplace_back(Bytes(rx[i].data.begin(), rx[i].data.end()), rx[i].ipv4_id_hint);
+    for (size_t i = 0; i < k; ++i) got.emplace_back(Bytes(rx[i].data.begin(), rx[i].data.end()), rx[i].ipv4_id_hint);
   }
   return got;
 }
@@ -88,8 +85,7 @@ TEST(UdpGso, TrainArrivesAsPacketsWithCountingIpIds) {
     EXPECT_EQ(got[i].first, t.pkts[i]) << "packet " << i;
     EXPECT_EQ(got[i].second, 0) << "a lone datagram has no ID hint";
     // The receiver cannot see the IPv4 ID: solving the ICRC for it must give i.
-    wire::IpUdpFields ip{tx->local().addr, rx->local().addr, tx->local().port, rx->local().port,
-                         0, 0x4000};
+    wire::IpUdpFields ip{tx->local().addr, rx->local().addr, tx->local().port, rx->local().port, 0, 0x4000};
     uint16_t id = 0xffff;
     const auto check = wire::verify_icrc(ip, got[i].first, &id);
     EXPECT_NE(check, wire::IcrcCheck::bad) << "packet " << i;
@@ -107,8 +103,7 @@ TEST(UdpGso, GroDatagramIsCutBackIntoPackets) {
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].first, t.pkts[i]) << "packet " << i;
     EXPECT_EQ(got[i].second, i) << "packet " << i << " of a GRO datagram";
-    wire::IpUdpFields ip{tx->local().addr, rx->local().addr, tx->local().port, rx->local().port,
-                         got[i].second, 0x4000};
+    wire::IpUdpFields ip{tx->local().addr, rx->local().addr, tx->local().port, rx->local().port, got[i].second, 0x4000};
     EXPECT_EQ(wire::verify_icrc(ip, got[i].first), wire::IcrcCheck::ok) << "packet " << i;
   }
   EXPECT_EQ(rx->stats().rx_packets, 20u);

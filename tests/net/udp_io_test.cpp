@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -22,8 +23,6 @@
 #include <cstring>
 #include <fstream>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace uroce::net {
 namespace {
@@ -61,8 +60,8 @@ std::vector<Got> recv_n(UdpIo& io, size_t n, std::chrono::milliseconds limit = 2
     size_t k = io.recv_batch(rx);
     EXPECT_LE(k, io.batch());
     for (size_t i = 0; i < k; ++i)
-      got.push_back({Bytes(rx[i].data.begin(), rx[i].data.end()), rx[i].src, rx[i].dst, rx[i].tos,
-                     rx[i].ttl, rx[i].truncated});
+      got.push_back(
+          {Bytes(rx[i].data.begin(), rx[i].data.end()), rx[i].src, rx[i].dst, rx[i].tos, rx[i].ttl, rx[i].truncated});
   }
   return got;
 }
@@ -128,9 +127,7 @@ void check_loopback(const IpAddr& lo, int ttl) {
   EXPECT_EQ(b->stats().rx_bytes, bytes);
 }
 
-TEST(UdpIo, Ipv4LoopbackBatchGathered) {
-  check_loopback(kLo4, read_sysctl("/proc/sys/net/ipv4/ip_default_ttl", 64));
-}
+TEST(UdpIo, Ipv4LoopbackBatchGathered) { check_loopback(kLo4, read_sysctl("/proc/sys/net/ipv4/ip_default_ttl", 64)); }
 
 TEST(UdpIo, Ipv6LoopbackBatchGathered) {
   UdpConfig probe;
@@ -147,8 +144,7 @@ TEST(UdpIo, WildcardBindReportsDestinationAddress) {
   ASSERT_TRUE(a && b);
   const IpAddr other = *IpAddr::parse("127.0.0.2");  // all of 127/8 is local
   Bytes payload(64, 0x42);
-  TxPacket pkts[] = {{{kLo4, b->local().port}, payload, {}, {}, 0},
-                     {{other, b->local().port}, payload, {}, {}, 0}};
+  TxPacket pkts[] = {{{kLo4, b->local().port}, payload, {}, {}, 0}, {{other, b->local().port}, payload, {}, {}, 0}};
   ASSERT_EQ(a->send_batch(pkts), 2u);
   auto got = recv_n(*b, 2);
   ASSERT_EQ(got.size(), 2u);
@@ -159,8 +155,7 @@ TEST(UdpIo, WildcardBindReportsDestinationAddress) {
 TEST(UdpIo, PortFallbackWhenTaken) {
   UniqueFd blocker(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_storage ss;
-  ASSERT_EQ(::bind(blocker.get(), reinterpret_cast<sockaddr*>(&ss),
-                   Endpoint{kLo4, 0}.to_sockaddr(ss)), 0);
+  ASSERT_EQ(::bind(blocker.get(), reinterpret_cast<sockaddr*>(&ss), Endpoint{kLo4, 0}.to_sockaddr(ss)), 0);
   socklen_t len = sizeof ss;
   ASSERT_EQ(::getsockname(blocker.get(), reinterpret_cast<sockaddr*>(&ss), &len), 0);
   const uint16_t taken = Endpoint::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len)->port;
@@ -172,8 +167,7 @@ TEST(UdpIo, PortFallbackWhenTaken) {
   auto strict = UdpIo::open(cfg);
   ASSERT_FALSE(strict.ok());
   EXPECT_EQ(strict.status().code(), EADDRINUSE);
-  EXPECT_EQ(strict.status().message(),
-            "bind 127.0.0.1:" + std::to_string(taken) + ": Address already in use");
+  EXPECT_EQ(strict.status().message(), "bind 127.0.0.1:" + std::to_string(taken) + ": Address already in use");
 
   cfg.port_fallback = true;
   auto io = UdpIo::open(cfg);
@@ -195,8 +189,7 @@ TEST(UdpIo, DefaultPortFallsBackWhen4791IsTaken) {
   // does just as well).
   UniqueFd blocker(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_storage ss;
-  int rc = ::bind(blocker.get(), reinterpret_cast<sockaddr*>(&ss),
-                  Endpoint{kLo4, kRoceV2Port}.to_sockaddr(ss));
+  int rc = ::bind(blocker.get(), reinterpret_cast<sockaddr*>(&ss), Endpoint{kLo4, kRoceV2Port}.to_sockaddr(ss));
   ASSERT_TRUE(rc == 0 || errno == EADDRINUSE) << std::strerror(errno);
   UdpConfig cfg;
   cfg.local = kLo4;
@@ -219,8 +212,7 @@ TEST(UdpIo, OversizeDatagramIsFlaggedTruncated) {
   const size_t sizes[] = {1000, 1001, 1064, 3000, 10};
   for (size_t s : sizes) {
     Bytes d(s, uint8_t(s));
-    ASSERT_EQ(::sendto(raw.get(), d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&ss), sl),
-              ssize_t(s));
+    ASSERT_EQ(::sendto(raw.get(), d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&ss), sl), ssize_t(s));
   }
   auto got = recv_n(*rx, 5);
   ASSERT_EQ(got.size(), 5u);
@@ -273,9 +265,11 @@ TEST(UdpIo, RefusedPacketIsSkippedAndTheRestSent) {
   ASSERT_TRUE(a && b);
   Bytes d0(16, 0), d1(16, 1), d2(16, 2), d3(16, 3);
   const Endpoint bcast{*IpAddr::parse("255.255.255.255"), 9};  // no SO_BROADCAST: EACCES
-  const Endpoint v6{kLo6, 9};                                   // wrong family
-  TxPacket pkts[] = {{b->local(), d0, {}, {}, 0}, {bcast, d1, {}, {}, 0},
-                     {b->local(), d2, {}, {}, 0}, {v6, d1, {}, {}, 0},
+  const Endpoint v6{kLo6, 9};                                  // wrong family
+  TxPacket pkts[] = {{b->local(), d0, {}, {}, 0},
+                     {bcast, d1, {}, {}, 0},
+                     {b->local(), d2, {}, {}, 0},
+                     {v6, d1, {}, {}, 0},
                      {b->local(), d3, {}, {}, 0}};
   EXPECT_EQ(a->send_batch(pkts), 3u);
   EXPECT_EQ(a->stats().tx_errors, 2u);
@@ -340,8 +334,7 @@ TEST(UdpIo, FullSendBufferGivesUpQuickly) {
         o.sent = (*io)->send_batch(pkts);
         o.errors = (*io)->stats().tx_errors;
         o.again = (*io)->send_batch(pkts);  // still full
-        o.usec = std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::steady_clock::now() - t0).count();
+        o.usec = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
         o.code = 0;
       } else {
         o.code = 1;

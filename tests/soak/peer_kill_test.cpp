@@ -3,6 +3,7 @@
 // RETRY_EXC_ERR, the rest flushed -- within the time its timeout and
 // retry_cnt imply, and everything can be destroyed afterwards.  Public C++
 // API only.
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,8 +14,6 @@
 #include <optional>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "support/pipe_io.hpp"
 #include "uroce/uroce.hpp"
@@ -244,8 +243,12 @@ TEST_F(PeerKill, OutstandingWorkFailsWithRetryExceededInBoundedTime) {
   EXPECT_EQ(e.qp->state(), QpState::err);
   // Posting more only flushes.
   Sge sge = e.mr->sge(0, 64);
-  SendWr wr{.wr_id = 999, .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled, .sg_list = {&sge, 1},
-            .remote_addr = peer.addr, .rkey = peer.rkey};
+  SendWr wr{.wr_id = 999,
+            .opcode = WrOpcode::rdma_write,
+            .send_flags = send_flags::kSignaled,
+            .sg_list = {&sge, 1},
+            .remote_addr = peer.addr,
+            .rkey = peer.rkey};
   ASSERT_TRUE(e.qp->post_send(wr).ok());
   Wc wc;
   auto r = e.cq->poll_for({&wc, 1}, std::chrono::milliseconds(2000));
@@ -260,8 +263,12 @@ TEST_F(PeerKill, OutstandingWorkFailsWithRetryExceededInBoundedTime) {
 TEST_F(PeerKill, DestroyingEverythingWhileRetryingDoesNotHang) {
   start(14, 7, 12);  // 67 ms x 8 tries: still retrying when we tear down
   Sge sge = e.mr->sge(0, kChunk);
-  SendWr wr{.wr_id = 1, .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled, .sg_list = {&sge, 1},
-            .remote_addr = peer.addr, .rkey = peer.rkey};
+  SendWr wr{.wr_id = 1,
+            .opcode = WrOpcode::rdma_write,
+            .send_flags = send_flags::kSignaled,
+            .sg_list = {&sge, 1},
+            .remote_addr = peer.addr,
+            .rkey = peer.rkey};
   Wc wc;
   ASSERT_TRUE(e.qp->post_send(wr).ok());
   ASSERT_TRUE(e.cq->poll_for({&wc, 1}, std::chrono::milliseconds(5000)).ok());

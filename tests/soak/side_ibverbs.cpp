@@ -7,7 +7,6 @@
 
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -26,7 +25,9 @@ static_assert(int(WrOpcode::rdma_write) == IBV_WR_RDMA_WRITE && int(WrOpcode::rd
               int(WrOpcode::atomic_fetch_and_add) == IBV_WR_ATOMIC_FETCH_AND_ADD &&
               int(WrOpcode::atomic_cmp_and_swp) == IBV_WR_ATOMIC_CMP_AND_SWP);
 
-Status verr(int e, const std::string& what) { return err::from_errno(e ? e : EIO, what + ": " + std::strerror(e ? e : EIO)); }
+Status verr(int e, const std::string& what) {
+  return err::from_errno(e ? e : EIO, what + ": " + std::strerror(e ? e : EIO));
+}
 
 class VerbsSide final : public Side {
  public:
@@ -60,9 +61,9 @@ class VerbsSide final : public Side {
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return verr(errno, "mmap");
     maps_.emplace_back(p, n);
-    ibv_mr* mr = ibv_reg_mr(pd_, p, len,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                IBV_ACCESS_REMOTE_ATOMIC);
+    ibv_mr* mr = ibv_reg_mr(
+        pd_, p, len,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
     if (!mr) return verr(errno, "ibv_reg_mr");
     mrs_.push_back(mr);
     return Region{static_cast<uint8_t*>(p), len, mr->lkey, mr->rkey};

@@ -16,8 +16,7 @@
 namespace uroce::soak {
 namespace {
 
-constexpr uint32_t kAccess = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
-                             access::kRemoteAtomic;
+constexpr uint32_t kAccess = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
 
 // Page-aligned anonymous memory, unmapped with its owner.
 struct Mapping {
@@ -111,8 +110,8 @@ class FakeSide final : public Side {
     a.ah_attr.is_global = true;
     a.max_dest_rd_atomic = p.max_rd_atomic;
     a.min_rnr_timer = p.min_rnr_timer;
-    UROCE_TRY(qp.modify(a, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn |
-                               m::kMaxDestRdAtomic | m::kMinRnrTimer));
+    UROCE_TRY(qp.modify(
+        a, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic | m::kMinRnrTimer));
     a = QpAttr{};
     a.qp_state = QpState::rts;
     a.sq_psn = psns_[size_t(i)];
@@ -120,8 +119,7 @@ class FakeSide final : public Side {
     a.retry_cnt = p.retry_cnt;
     a.rnr_retry = p.rnr_retry;
     a.max_rd_atomic = p.max_rd_atomic;
-    return qp.modify(a, m::kState | m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry |
-                            m::kMaxQpRdAtomic);
+    return qp.modify(a, m::kState | m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic);
   }
   Status post_send(int i, const SendWr& wr) override {
     size_t bad;
@@ -195,7 +193,9 @@ class ApiSide final : public Side {
       auto cq = ctx_->create_cq(4 * depth + 16);
       if (!cq.ok()) return cq.status();
       cqs_.push_back(std::make_unique<CompletionQueue>(std::move(*cq)));
-      auto qp = pd_->create_qp({.type = QpType::rc, .send_cq = cqs_.back().get(), .recv_cq = cqs_.back().get(),
+      auto qp = pd_->create_qp({.type = QpType::rc,
+                                .send_cq = cqs_.back().get(),
+                                .recv_cq = cqs_.back().get(),
                                 .cap = QpCap{depth, depth, 1, 1, 0}});
       if (!qp.ok()) return qp.status();
       qps_.push_back(std::make_unique<QueuePair>(std::move(*qp)));

@@ -21,22 +21,18 @@ constexpr uint64_t kKeyServer = 0xb;
 
 uint64_t key(uint64_t role, int qp) { return role << 32 | uint64_t(qp); }
 
-Status fail(int qp, const std::string& what) {
-  return err::io("QP " + std::to_string(qp) + ": " + what);
-}
+Status fail(int qp, const std::string& what) { return err::io("QP " + std::to_string(qp) + ": " + what); }
 
 const char* kind_name(int k) {
-  static const char* names[] = {"WRITE", "READ(back)", "READ", "SEND", "FETCH_AND_ADD", "CMP_AND_SWP",
-                                "READ(final)"};
+  static const char* names[] = {"WRITE", "READ(back)", "READ", "SEND", "FETCH_AND_ADD", "CMP_AND_SWP", "READ(final)"};
   return names[k];
 }
 
 // (The engine links nothing of the core: its own names for the statuses.)
 std::string status_name(WcStatus st) {
-  static const char* names[] = {"success", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
-                                "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
-                                "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
-                                "RNR_RETRY_EXC_ERR"};
+  static const char* names[] = {"success",        "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR",   "LOC_PROT_ERR",
+                                "WR_FLUSH_ERR",   "MW_BIND_ERR", "BAD_RESP_ERR",  "LOC_ACCESS_ERR",   "REM_INV_REQ_ERR",
+                                "REM_ACCESS_ERR", "REM_OP_ERR",  "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR"};
   const auto i = size_t(st);
   return i < std::size(names) ? names[i] : "status " + std::to_string(i);
 }
@@ -115,20 +111,19 @@ Status Server::step() {
     if (!n.ok()) return fail(i, "server poll: " + n.status().to_string());
     for (size_t k = 0; k < *n; ++k) {
       const Wc& w = wc[k];
-      if (w.status != WcStatus::success)
-        return fail(i, "server: receive completed with " + status_name(w.status));
+      if (w.status != WcStatus::success) return fail(i, "server: receive completed with " + status_name(w.status));
       if (w.opcode != WcOpcode::recv || !(w.wc_flags & wc_flags::kWithImm))
         return fail(i, "server: unexpected completion opcode " + std::to_string(int(w.opcode)));
       const uint64_t off = uint64_t(w.imm_data) * 64;
       if (w.wr_id >= o_.depth || w.byte_len > o_.chunk || off + w.byte_len > kSrcBytes)
-        return fail(i, "server: bad receive (wr_id " + std::to_string(w.wr_id) + ", " +
-                           std::to_string(w.byte_len) + " bytes at " + std::to_string(off) + ")");
+        return fail(i, "server: bad receive (wr_id " + std::to_string(w.wr_id) + ", " + std::to_string(w.byte_len) +
+                           " bytes at " + std::to_string(off) + ")");
       const uint8_t* got = q.recv.p + w.wr_id * o_.chunk;
       if (std::memcmp(got, q.client_src.data() + off, w.byte_len) != 0) {
         size_t b = 0;
         while (got[b] == q.client_src[off + b]) ++b;
-        return fail(i, "server: SEND #" + std::to_string(q.sends) + " differs at byte " + std::to_string(b) +
-                           " of " + std::to_string(w.byte_len));
+        return fail(i, "server: SEND #" + std::to_string(q.sends) + " differs at byte " + std::to_string(b) + " of " +
+                           std::to_string(w.byte_len));
       }
       ++q.sends;
       side_.sync();  // our read of the buffer is ordered before the NIC refills it
@@ -265,8 +260,7 @@ Status Client::complete(int i, Q& q, const Wc& wc) {
   const Pending p = q.pending.front();
   q.pending.pop_front();
   const std::string what = std::string(kind_name(int(p.kind))) + " #" + std::to_string(p.n);
-  if (wc.wr_id != p.n)
-    return fail(i, what + ": completion for wr_id " + std::to_string(wc.wr_id) + " (out of order)");
+  if (wc.wr_id != p.n) return fail(i, what + ": completion for wr_id " + std::to_string(wc.wr_id) + " (out of order)");
   if (wc.status != WcStatus::success) return fail(i, what + " completed with " + status_name(wc.status));
   switch (p.kind) {
     case Kind::readback:
@@ -303,12 +297,12 @@ Status Client::complete(int i, Q& q, const Wc& wc) {
         std::string seen;
         for (uint64_t v : q.faa_seen) seen += " " + std::to_string(v);
         return fail(i, "FETCH_AND_ADD word is " + std::to_string(words[0]) + " after " + std::to_string(q.faas) +
-                           " FETCH_AND_ADDs (CAS word " + std::to_string(words[1]) + " after " +
-                           std::to_string(q.cas) + "); they returned" + seen);
+                           " FETCH_AND_ADDs (CAS word " + std::to_string(words[1]) + " after " + std::to_string(q.cas) +
+                           "); they returned" + seen);
       }
       if (words[1] != q.cas)
-        return fail(i, "CMP_AND_SWP word is " + std::to_string(words[1]) + " after " + std::to_string(q.cas) +
-                           " CMP_AND_SWPs");
+        return fail(
+            i, "CMP_AND_SWP word is " + std::to_string(words[1]) + " after " + std::to_string(q.cas) + " CMP_AND_SWPs");
       std::vector<uint64_t> seen = q.faa_seen;
       std::sort(seen.begin(), seen.end());
       for (uint64_t k = 0; k < seen.size(); ++k)
@@ -371,8 +365,8 @@ std::string Client::progress() const {
   for (size_t i = 0; i < qps_.size(); ++i) {
     const Q& q = qps_[i];
     char b[200];
-    std::snprintf(b, sizeof b, "%sQP %zu: %" PRIu64 " of %" PRIu64 " bytes, %zu in flight%s%s", s.empty() ? "" : "; ", i,
-                  q.bytes, o_.bytes_per_qp, q.pending.size(),
+    std::snprintf(b, sizeof b, "%sQP %zu: %" PRIu64 " of %" PRIu64 " bytes, %zu in flight%s%s", s.empty() ? "" : "; ",
+                  i, q.bytes, o_.bytes_per_qp, q.pending.size(),
                   q.pending.empty() ? "" : (std::string(", oldest ") + kind_name(int(q.pending.front().kind))).c_str(),
                   q.done ? " (done)" : "");
     s += b;
@@ -389,17 +383,15 @@ std::string Report::summary() const {
   std::snprintf(b, sizeof b,
                 "%s: %.1f MiB in %.2f s (%.1f MiB/s): %" PRIu64 " WRITEs, %" PRIu64 " READs, %" PRIu64
                 " SENDs (%" PRIu64 " checked), %" PRIu64 " FETCH_AND_ADDs, %" PRIu64
-                " CMP_AND_SWPs; injected drops %" PRIu64 ", dups %" PRIu64 ", reorders %" PRIu64
-                ", delays %" PRIu64 ", corruptions %" PRIu64 "; retransmits %" PRIu64 ", timeouts %" PRIu64
-                ", seq NAKs %" PRIu64 ", duplicates %" PRIu64 ", dup atomics %" PRIu64 ", ICRC drops %" PRIu64
-                ", kernel drops %" PRIu64,
+                " CMP_AND_SWPs; injected drops %" PRIu64 ", dups %" PRIu64 ", reorders %" PRIu64 ", delays %" PRIu64
+                ", corruptions %" PRIu64 "; retransmits %" PRIu64 ", timeouts %" PRIu64 ", seq NAKs %" PRIu64
+                ", duplicates %" PRIu64 ", dup atomics %" PRIu64 ", ICRC drops %" PRIu64 ", kernel drops %" PRIu64,
                 ok ? "ok" : "FAILED", mib, seconds, seconds > 0 ? mib / seconds : 0.0, totals.writes, totals.reads,
-                totals.sends, sends_checked, totals.faas, totals.cas,
-                c("fault_tx_dropped") + c("fault_rx_dropped"), c("fault_tx_duplicated") + c("fault_rx_duplicated"),
-                c("fault_tx_reordered") + c("fault_rx_reordered"), c("fault_tx_delayed") + c("fault_rx_delayed"),
-                c("fault_tx_corrupted") + c("fault_rx_corrupted"), c("req_retransmits"), c("req_timeouts"),
-                c("resp_seq_naks_sent"), c("resp_duplicates"), c("resp_dup_atomics"), c("rx_icrc_bad"),
-                c("rx_kernel_drops"));
+                totals.sends, sends_checked, totals.faas, totals.cas, c("fault_tx_dropped") + c("fault_rx_dropped"),
+                c("fault_tx_duplicated") + c("fault_rx_duplicated"), c("fault_tx_reordered") + c("fault_rx_reordered"),
+                c("fault_tx_delayed") + c("fault_rx_delayed"), c("fault_tx_corrupted") + c("fault_rx_corrupted"),
+                c("req_retransmits"), c("req_timeouts"), c("resp_seq_naks_sent"), c("resp_duplicates"),
+                c("resp_dup_atomics"), c("rx_icrc_bad"), c("rx_kernel_drops"));
   std::string s = b;
   char g[96];
   std::snprintf(g, sizeof g, "; longest pause of the driving thread %.1f ms", max_step_gap_ms);
@@ -446,8 +438,8 @@ Report run_in_process(Side& client_side, Side& server_side, const Options& o) {
     }
     if (*done) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      st = err::from_errno(ETIMEDOUT, "no end after " + std::to_string(o.time_limit.count()) + " ms: " +
-                                          client.progress());
+      st = err::from_errno(ETIMEDOUT,
+                           "no end after " + std::to_string(o.time_limit.count()) + " ms: " + client.progress());
       break;
     }
   }

@@ -50,7 +50,7 @@ using CounterList = std::vector<std::pair<std::string, uint64_t>>;
 
 struct QpParams {
   Mtu mtu = Mtu::m4096;
-  uint8_t timeout = 12;       // 4.096 us * 2^12 = 16.8 ms: 8 tries survive a 134 ms stall
+  uint8_t timeout = 12;  // 4.096 us * 2^12 = 16.8 ms: 8 tries survive a 134 ms stall
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;      // forever
   uint8_t min_rnr_timer = 1;  // 10 us

@@ -67,9 +67,12 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value for " + k).c_str());
       return argv[++i];
     };
-    if (k == "--gib") a.o.bytes_per_qp = uint64_t(std::stod(val()) * double(1ull << 30));
-    else if (k == "--mib") a.o.bytes_per_qp = uint64_t(std::stod(val()) * double(1ull << 20));
-    else if (k == "--qps") a.o.qps = std::stoi(val());
+    if (k == "--gib")
+      a.o.bytes_per_qp = uint64_t(std::stod(val()) * double(1ull << 30));
+    else if (k == "--mib")
+      a.o.bytes_per_qp = uint64_t(std::stod(val()) * double(1ull << 20));
+    else if (k == "--qps")
+      a.o.qps = std::stoi(val());
     else if (k == "--drops") {
       a.drops.clear();
       std::string s = val();
@@ -79,33 +82,50 @@ Args parse(int argc, char** argv) {
         a.drops.push_back(std::stod(s.substr(p, e - p)));
         p = e + 1;
       }
-    } else if (k == "--dup") a.dup = std::stod(val());
-    else if (k == "--reorder") a.reorder = val();
-    else if (k == "--faults") a.faults = val();
-    else if (k == "--net") a.net = val();
+    } else if (k == "--dup")
+      a.dup = std::stod(val());
+    else if (k == "--reorder")
+      a.reorder = val();
+    else if (k == "--faults")
+      a.faults = val();
+    else if (k == "--net")
+      a.net = val();
     else if (k == "--mtu") {
       const int m = std::stoi(val());
-      a.o.qp.mtu = m == 256 ? Mtu::m256 : m == 512 ? Mtu::m512 : m == 1024 ? Mtu::m1024
-                 : m == 2048 ? Mtu::m2048 : Mtu::m4096;
-    } else if (k == "--depth") a.o.depth = uint32_t(std::stoul(val()));
-    else if (k == "--chunk") a.o.chunk = uint32_t(std::stoul(val())) << 10;
-    else if (k == "--seed") a.o.seed = std::stoull(val());
-    else if (k == "--timeout-exp") a.o.qp.timeout = uint8_t(std::stoul(val()));
+      a.o.qp.mtu = m == 256    ? Mtu::m256
+                   : m == 512  ? Mtu::m512
+                   : m == 1024 ? Mtu::m1024
+                   : m == 2048 ? Mtu::m2048
+                               : Mtu::m4096;
+    } else if (k == "--depth")
+      a.o.depth = uint32_t(std::stoul(val()));
+    else if (k == "--chunk")
+      a.o.chunk = uint32_t(std::stoul(val())) << 10;
+    else if (k == "--seed")
+      a.o.seed = std::stoull(val());
+    else if (k == "--timeout-exp")
+      a.o.qp.timeout = uint8_t(std::stoul(val()));
     else if (k == "--time-limit") {
       a.o.time_limit = std::chrono::seconds(std::stol(val()));
       a.time_limit_set = true;
-    } else if (k == "--server") a.server = val();
-    else if (k == "--client") a.client = val();
-    else if (k == "--peer") a.peer = val();
-    else if (k == "--ctl-port") a.ctl_port = uint16_t(std::stoul(val()));
-    else if (k == "-h" || k == "--help") usage("help");
-    else usage(("unknown option " + k).c_str());
+    } else if (k == "--server")
+      a.server = val();
+    else if (k == "--client")
+      a.client = val();
+    else if (k == "--peer")
+      a.peer = val();
+    else if (k == "--ctl-port")
+      a.ctl_port = uint16_t(std::stoul(val()));
+    else if (k == "-h" || k == "--help")
+      usage("help");
+    else
+      usage(("unknown option " + k).c_str());
   }
   if (a.o.qps < 1 || a.o.qps > 64) usage("--qps must be 1..64");
   if (a.o.chunk < 1024 || a.o.chunk > (1u << 20)) usage("--chunk must be 1..1024 KiB");
   if (!a.time_limit_set)  // generous: 40 s per GiB per QP at the worst rate, at least 60 s
-    a.o.time_limit = std::chrono::seconds(
-        std::max<uint64_t>(60, 60 + 40 * uint64_t(a.o.qps) * (a.o.bytes_per_qp >> 20) / 1024));
+    a.o.time_limit =
+        std::chrono::seconds(std::max<uint64_t>(60, 60 + 40 * uint64_t(a.o.qps) * (a.o.bytes_per_qp >> 20) / 1024));
   return a;
 }
 
@@ -159,9 +179,7 @@ WireQp to_wire(const QpInfo& q) {
   w.psn = q.psn;
   return w;
 }
-QpInfo from_wire(const WireQp& w) {
-  return QpInfo{IpAddr::from_bytes(w.gid), w.qpn, w.psn};
-}
+QpInfo from_wire(const WireQp& w) { return QpInfo{IpAddr::from_bytes(w.gid), w.qpn, w.psn}; }
 struct WireServerQp {
   WireQp qp;
   uint64_t src_addr, dst_addr, atom_addr;
@@ -260,8 +278,8 @@ int run_server(const Args& a) {
   if (st.ok())
     for (int i = 0; i < a.o.qps; ++i)
       if (server.sends_checked(i) != want[size_t(i)])
-        st = err::io("QP " + std::to_string(i) + ": checked " + std::to_string(server.sends_checked(i)) +
-                     " SENDs of " + std::to_string(want[size_t(i)]));
+        st = err::io("QP " + std::to_string(i) + ": checked " + std::to_string(server.sends_checked(i)) + " SENDs of " +
+                     std::to_string(want[size_t(i)]));
   const std::string msg = st.ok() ? "ok" : st.to_string();
   const uint32_t len = uint32_t(msg.size());
   (void)(write_all(fd, &len, 4) && write_all(fd, msg.data(), len));
@@ -299,8 +317,9 @@ int run_client(const Args& a) {
   std::vector<WireServerQp> theirs(n);
   std::vector<WireQp> mine(n);
   for (int i = 0; i < a.o.qps; ++i) mine[size_t(i)] = to_wire(client.info(i));
-  if (!read_all(fd, &their_n, 4) || their_n != n || !read_all(fd, theirs.data(), theirs.size() * sizeof(WireServerQp)) ||
-      !write_all(fd, &n, 4) || !write_all(fd, mine.data(), mine.size() * sizeof(WireQp))) {
+  if (!read_all(fd, &their_n, 4) || their_n != n ||
+      !read_all(fd, theirs.data(), theirs.size() * sizeof(WireServerQp)) || !write_all(fd, &n, 4) ||
+      !write_all(fd, mine.data(), mine.size() * sizeof(WireQp))) {
     std::fprintf(stderr, "soak client: control exchange failed (same --qps on both sides?)\n");
     return 1;
   }

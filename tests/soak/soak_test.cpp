@@ -3,12 +3,13 @@
 // with duplication and reordering, over the in-memory network (core verbs)
 // and over UDP on loopback (the public C++ API).  UROCE_SOAK_MIB sets the
 // bytes per QP (default 8); the full soak is `soak --gib 1` (docs/faults.md).
+#include "soak.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "net/fake_io.hpp"
-#include "soak.hpp"
 
 namespace uroce::soak {
 namespace {

@@ -74,8 +74,7 @@ Result<PcapFile> read_pcap(const std::string& path) {
     const uint32_t incl = o.u32(data.data() + off + 8);
     fr.orig_len = o.u32(data.data() + off + 12);
     off += kRecordHeaderLen;
-    if (data.size() - off < incl)
-      return err::inval(path + ": truncated record at " + std::to_string(off));
+    if (data.size() - off < incl) return err::inval(path + ": truncated record at " + std::to_string(off));
     fr.data.assign(data.begin() + off, data.begin() + off + incl);
     off += incl;
     file.frames.push_back(std::move(fr));
@@ -83,8 +82,7 @@ Result<PcapFile> read_pcap(const std::string& path) {
   return file;
 }
 
-std::optional<std::span<const uint8_t>> strip_link(uint32_t linktype,
-                                                   std::span<const uint8_t> fr) {
+std::optional<std::span<const uint8_t>> strip_link(uint32_t linktype, std::span<const uint8_t> fr) {
   using wire::load_be16;
   switch (linktype) {
     case kLinktypeEthernet: {
@@ -104,14 +102,12 @@ std::optional<std::span<const uint8_t>> strip_link(uint32_t linktype,
     case kLinktypeSll2:  // 20 bytes, protocol at 0
       if (fr.size() < 20) return std::nullopt;
       return ip_by_ethertype(load_be16(fr.data()), fr.subspan(20));
-    case kLinktypeRaw:
-      return fr;
+    case kLinktypeRaw: return fr;
     case kLinktypeNull:
     case kLinktypeLoop:
       if (fr.size() < 4) return std::nullopt;
       return fr.subspan(4);
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -175,8 +171,7 @@ Status PcapWriter::write_ip(std::span<const uint8_t> ip) {
     std::fwrite(kMacs, 1, sizeof kMacs, f_);
     std::fwrite(etb, 1, 2, f_);
   }
-  if (!ip.empty() && std::fwrite(ip.data(), 1, ip.size(), f_) != ip.size())
-    return err::io("PcapWriter: write failed");
+  if (!ip.empty() && std::fwrite(ip.data(), 1, ip.size(), f_) != ip.size()) return err::io("PcapWriter: write failed");
   ++count_;
   return {};
 }

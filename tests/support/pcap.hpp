@@ -19,12 +19,12 @@
 
 namespace uroce::test {
 
-inline constexpr uint32_t kLinktypeNull = 0;       // BSD loopback: 4-byte family
+inline constexpr uint32_t kLinktypeNull = 0;  // BSD loopback: 4-byte family
 inline constexpr uint32_t kLinktypeEthernet = 1;
-inline constexpr uint32_t kLinktypeRaw = 101;      // raw IPv4/IPv6
-inline constexpr uint32_t kLinktypeLoop = 108;     // OpenBSD loopback
-inline constexpr uint32_t kLinktypeSll = 113;      // Linux cooked v1
-inline constexpr uint32_t kLinktypeSll2 = 276;     // Linux cooked v2
+inline constexpr uint32_t kLinktypeRaw = 101;   // raw IPv4/IPv6
+inline constexpr uint32_t kLinktypeLoop = 108;  // OpenBSD loopback
+inline constexpr uint32_t kLinktypeSll = 113;   // Linux cooked v1
+inline constexpr uint32_t kLinktypeSll2 = 276;  // Linux cooked v2
 
 struct PcapFrame {
   uint32_t ts_sec = 0;
@@ -46,8 +46,7 @@ Result<PcapFile> read_pcap(const std::string& path);
 // The IP packet inside a link-layer frame: Ethernet (with 802.1Q/802.1ad
 // tags), Linux SLL/SLL2, raw IP, BSD loopback.  nullopt for other link
 // types, non-IP ethertypes and frames too short for their link header.
-std::optional<std::span<const uint8_t>> strip_link(uint32_t linktype,
-                                                   std::span<const uint8_t> frame);
+std::optional<std::span<const uint8_t>> strip_link(uint32_t linktype, std::span<const uint8_t> frame);
 
 // One RoCEv2 packet of a capture: its IP/UDP header fields and UDP payload
 // (BTH .. ICRC).  Spans point into the PcapFile, which must outlive this.

@@ -8,8 +8,7 @@
 
 namespace uroce::test {
 
-std::vector<uint8_t> make_udp_payload(wire::Headers h, std::span<const uint8_t> payload,
-                                      const wire::IpUdpFields& ip) {
+std::vector<uint8_t> make_udp_payload(wire::Headers h, std::span<const uint8_t> payload, const wire::IpUdpFields& ip) {
   const wire::OpcodeInfo& oi = wire::info(h.bth.opcode);
   if (!oi.valid()) return {};
   h.bth.pad = wire::pad_for(payload.size());
@@ -70,15 +69,12 @@ namespace uroce::wire {
 void PrintTo(const Headers& h, std::ostream* os) {
   const OpcodeInfo& oi = info(h.bth.opcode);
   const Bth& b = h.bth;
-  *os << (oi.name ? oi.name : "?") << " se=" << b.solicited << " m=" << b.mig_req
-      << " pad=" << int(b.pad) << " tver=" << int(b.tver) << " pkey=" << b.pkey
-      << " f=" << b.fecn << " b=" << b.becn << " qp=" << b.dest_qp << " a=" << b.ack_req
-      << " psn=" << b.psn << " xrc=" << h.xrc_srqn << " reth={" << h.reth.va << ","
-      << h.reth.rkey << "," << h.reth.length << "} aeth={" << int(h.aeth.syndrome) << ","
-      << h.aeth.msn << "} atomic={" << h.atomic.va << "," << h.atomic.rkey << ","
-      << h.atomic.swap_add << "," << h.atomic.compare << "} orig=" << h.atomic_ack.orig
-      << " imm=" << h.imm << " ieth=" << h.ieth << " deth={" << h.deth.qkey << ","
-      << h.deth.src_qp << "}";
+  *os << (oi.name ? oi.name : "?") << " se=" << b.solicited << " m=" << b.mig_req << " pad=" << int(b.pad)
+      << " tver=" << int(b.tver) << " pkey=" << b.pkey << " f=" << b.fecn << " b=" << b.becn << " qp=" << b.dest_qp
+      << " a=" << b.ack_req << " psn=" << b.psn << " xrc=" << h.xrc_srqn << " reth={" << h.reth.va << "," << h.reth.rkey
+      << "," << h.reth.length << "} aeth={" << int(h.aeth.syndrome) << "," << h.aeth.msn << "} atomic={" << h.atomic.va
+      << "," << h.atomic.rkey << "," << h.atomic.swap_add << "," << h.atomic.compare << "} orig=" << h.atomic_ack.orig
+      << " imm=" << h.imm << " ieth=" << h.ieth << " deth={" << h.deth.qkey << "," << h.deth.src_qp << "}";
 }
 
 }  // namespace uroce::wire

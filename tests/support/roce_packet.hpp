@@ -17,8 +17,7 @@ namespace uroce::test {
 // The UDP payload of one packet: h's headers (h.bth.pad set to
 // pad_for(payload)), the payload, zero pad and the ICRC for `ip`.
 // Empty if h.bth.opcode is unknown.
-std::vector<uint8_t> make_udp_payload(wire::Headers h, std::span<const uint8_t> payload,
-                                      const wire::IpUdpFields& ip);
+std::vector<uint8_t> make_udp_payload(wire::Headers h, std::span<const uint8_t> payload, const wire::IpUdpFields& ip);
 
 // IP header + UDP header + `udp_payload`; over IPv6 the UDP checksum is
 // filled in, over IPv4 it is 0.

@@ -16,8 +16,7 @@ Result<std::vector<Vector>> read_vectors(const std::string& path) {
     while (std::getline(in, line)) {
       if (line.empty()) continue;
       if (line[0] == ' ') {  // the hex line of the last title
-        if (out.empty() || !out.back().bytes.empty())
-          return err::inval(path + ": hex line without a title: " + line);
+        if (out.empty() || !out.back().bytes.empty()) return err::inval(path + ": hex line without a title: " + line);
         out.back().bytes = from_hex(line);
         continue;
       }

@@ -13,8 +13,8 @@
 namespace uroce::test {
 
 struct Vector {
-  std::string id;    // "V1"
-  std::string name;  // the whole title line
+  std::string id;              // "V1"
+  std::string name;            // the whole title line
   std::vector<uint8_t> icrc;   // the icrc= bytes, in wire order
   std::vector<uint8_t> bytes;  // IP header .. ICRC
 };

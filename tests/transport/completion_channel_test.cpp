@@ -50,9 +50,9 @@ struct ProcessUsage {
 ProcessUsage process_usage() {
   rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  return {double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
-              double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
-          ru.ru_nvcsw};
+  return {
+      double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
+      ru.ru_nvcsw};
 }
 
 TEST(CompletionChannel, EventForTheNextCompletion) {

@@ -73,9 +73,7 @@ struct Fake {
     b_ep = p->b.endpoint();
   }
   // Drops the packets `pred` picks (it sees each decoded packet, in order).
-  void drop_if(std::function<bool(const WirePkt&)> pred) {
-    net->set_filter(DropFilter{}.make(std::move(pred)));
-  }
+  void drop_if(std::function<bool(const WirePkt&)> pred) { net->set_filter(DropFilter{}.make(std::move(pred))); }
   // Drops the n-th (1-based) packet from `from` that has all of `flags`.
   void drop_nth(Endpoint from, uint32_t flags, int n) {
     auto seen = std::make_shared<int>(0);

@@ -102,8 +102,7 @@ Status Pair::to_rtr(Qp& qp, uint32_t dest_qpn, const IpAddr& dgid, uint32_t rq_p
     at.ah_attr.is_global = true;
     at.max_dest_rd_atomic = opt.max_rd_atomic;
     at.min_rnr_timer = opt.min_rnr_timer;
-    mask |= qp_attr_mask::kAv | qp_attr_mask::kPathMtu | qp_attr_mask::kDestQpn |
-            qp_attr_mask::kRqPsn;
+    mask |= qp_attr_mask::kAv | qp_attr_mask::kPathMtu | qp_attr_mask::kDestQpn | qp_attr_mask::kRqPsn;
     if (opt.type == QpType::rc) mask |= qp_attr_mask::kMaxDestRdAtomic | qp_attr_mask::kMinRnrTimer;
   }
   return qp.modify(at, mask);
@@ -119,8 +118,7 @@ Status Pair::to_rts(Qp& qp, uint32_t sq_psn) {
     at.retry_cnt = opt.retry_cnt;
     at.rnr_retry = opt.rnr_retry;
     at.max_rd_atomic = opt.max_rd_atomic;
-    mask |= qp_attr_mask::kTimeout | qp_attr_mask::kRetryCnt | qp_attr_mask::kRnrRetry |
-            qp_attr_mask::kMaxQpRdAtomic;
+    mask |= qp_attr_mask::kTimeout | qp_attr_mask::kRetryCnt | qp_attr_mask::kRnrRetry | qp_attr_mask::kMaxQpRdAtomic;
   }
   return qp.modify(at, mask);
 }

@@ -47,31 +47,30 @@ using IoWrap = std::function<std::unique_ptr<net::PacketIo>(std::unique_ptr<net:
 struct PairOptions {
   QpType type = QpType::rc;
   Mtu mtu = Mtu::m1024;
-  uint32_t psn_a = 0x10;      // A's send PSN (= B's receive PSN)
+  uint32_t psn_a = 0x10;  // A's send PSN (= B's receive PSN)
   uint32_t psn_b = 0x20;
   uint32_t max_send_wr = 64;
   uint32_t max_recv_wr = 64;
   uint32_t max_sge = 4;
   uint32_t max_inline = 256;
   uint32_t cqe = 256;
-  uint8_t timeout = 14;       // 67 ms
+  uint8_t timeout = 14;  // 67 ms
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
   uint8_t min_rnr_timer = 1;  // 0.01 ms
   uint8_t max_rd_atomic = 16;
-  uint32_t access = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
-                    access::kRemoteAtomic;
-  uint32_t qp_access = ~0u;   // QP access flags; ~0u: `access` without LOCAL_WRITE
-  uint32_t qkey = 0x11111111; // UD
+  uint32_t access = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+  uint32_t qp_access = ~0u;    // QP access flags; ~0u: `access` without LOCAL_WRITE
+  uint32_t qkey = 0x11111111;  // UD
   size_t buf_size = 1 << 20;
-  bool channel = false;       // completion channels on the CQs
-  bool srq_b = false;         // B receives through an SRQ
+  bool channel = false;  // completion channels on the CQs
+  bool srq_b = false;    // B receives through an SRQ
   bool sq_sig_all = false;
-  bool connect = true;        // bring both QPs to RTS
-  uint32_t device_mtu = 0;    // DeviceConfig::mtu (0: derived)
+  bool connect = true;           // bring both QPs to RTS
+  uint32_t device_mtu = 0;       // DeviceConfig::mtu (0: derived)
   const char* addr_a = nullptr;  // default 127.0.0.1 (fake: 10.0.0.1)
   const char* addr_b = nullptr;  // default 127.0.0.2 (fake: 10.0.0.2)
-  uint16_t udp_port = 0;      // 0: ephemeral ports (peers found through the host registry)
+  uint16_t udp_port = 0;         // 0: ephemeral ports (peers found through the host registry)
   std::shared_ptr<net::FakeNetwork> fake;
   IoWrap wrap;
 };

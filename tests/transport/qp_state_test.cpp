@@ -54,8 +54,7 @@ const Step kPath[] = {
     {S::init, S::init, 0, 0, 0},
     {S::init, S::rtr, 0, m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn,
      m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic | m::kMinRnrTimer},
-    {S::rtr, S::rts, m::kSqPsn, m::kSqPsn,
-     m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic},
+    {S::rtr, S::rts, m::kSqPsn, m::kSqPsn, m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic},
     {S::rts, S::rts, 0, 0, 0},
     {S::rts, S::sqd, 0, 0, 0},
     {S::sqd, S::sqd, 0, 0, 0},
@@ -110,11 +109,11 @@ TEST_P(QpStates, IllegalTransitionsFail) {
   };
   for (S to : {S::rtr, S::rts, S::sqd, S::sqe}) refused(to);  // from RESET
   ASSERT_TRUE(mc.go(S::init, required(kPath[0], t)).ok());
-  for (S to : {S::rts, S::sqd, S::sqe}) refused(to);           // from INIT
+  for (S to : {S::rts, S::sqd, S::sqe}) refused(to);  // from INIT
   ASSERT_TRUE(mc.go(S::rtr, required(kPath[2], t)).ok());
   for (S to : {S::init, S::rtr, S::sqd, S::sqe}) refused(to);  // from RTR
   ASSERT_TRUE(mc.go(S::rts, required(kPath[3], t)).ok());
-  for (S to : {S::init, S::rtr}) refused(to);                  // from RTS
+  for (S to : {S::init, S::rtr}) refused(to);  // from RTS
   ASSERT_TRUE(mc.go(S::err, 0).ok());
   for (S to : {S::init, S::rtr, S::rts, S::sqd}) refused(to);  // from ERR
   // cur_qp_state must match when given.
@@ -208,10 +207,14 @@ TEST(QpState, ErrFlushesSendsAndReceives) {
   Pair p(o);
   o.fake->set_filter([](net::FakePacket&) { return false; });  // nothing completes
   Sge s = p.a.sge(0, 100), a8 = p.a.sge(200, 8);
-  const WrOpcode ops[7] = {WrOpcode::send, WrOpcode::rdma_write, WrOpcode::rdma_read,
-                           WrOpcode::atomic_fetch_and_add, WrOpcode::atomic_cmp_and_swp,
-                           WrOpcode::rdma_write_with_imm, WrOpcode::send_with_imm};
-  const WcOpcode want[7] = {WcOpcode::send, WcOpcode::rdma_write, WcOpcode::rdma_read, WcOpcode::fetch_add,
+  const WrOpcode ops[7] = {WrOpcode::send,
+                           WrOpcode::rdma_write,
+                           WrOpcode::rdma_read,
+                           WrOpcode::atomic_fetch_and_add,
+                           WrOpcode::atomic_cmp_and_swp,
+                           WrOpcode::rdma_write_with_imm,
+                           WrOpcode::send_with_imm};
+  const WcOpcode want[7] = {WcOpcode::send,      WcOpcode::rdma_write, WcOpcode::rdma_read, WcOpcode::fetch_add,
                             WcOpcode::comp_swap, WcOpcode::rdma_write, WcOpcode::send};
   SendWr wrs[7];
   for (int i = 0; i < 7; ++i) {

@@ -65,8 +65,8 @@ void hammer(Pair& p) {
           return;
         }
         for (int i = 0; i < *r; ++i) {
-          if (wc[i].status != WcStatus::success || wc[i].opcode != WcOpcode::fetch_add ||
-              wc[i].byte_len != 8 || wc[i].wr_id != (uint64_t(t) << 32 | uint64_t(done)))
+          if (wc[i].status != WcStatus::success || wc[i].opcode != WcOpcode::fetch_add || wc[i].byte_len != 8 ||
+              wc[i].wr_id != (uint64_t(t) << 32 | uint64_t(done)))
             ++errors;
           ++done;
         }

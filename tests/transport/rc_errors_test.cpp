@@ -15,8 +15,8 @@ struct Case {
   const char* name;
   WrOpcode op;
   uint32_t mr_access = kAll;
-  uint32_t qp_access = ~0u;   // B's QP access flags (~0u: all remote rights)
-  int64_t offset = 0;         // remote address relative to the MR start
+  uint32_t qp_access = ~0u;  // B's QP access flags (~0u: all remote rights)
+  int64_t offset = 0;        // remote address relative to the MR start
   uint32_t len = 4000;
   Key key = Key::good;
   WcStatus want = WcStatus::rem_access_err;
@@ -51,7 +51,9 @@ TEST_P(RcRemoteErrors, FailsFlushesAndLeavesMemoryAlone) {
   wrs[0].send_flags = send_flags::kSignaled;
   wrs[0].sg_list = {&s, 1};
   wrs[0].remote_addr = p.b.addr(kRegion) + uint64_t(c.offset);
-  wrs[0].rkey = c.key == Key::good ? target->rkey() : c.key == Key::other_pd ? foreign->rkey() : target->rkey() ^ 0x10204080;
+  wrs[0].rkey = c.key == Key::good       ? target->rkey()
+                : c.key == Key::other_pd ? foreign->rkey()
+                                         : target->rkey() ^ 0x10204080;
   wrs[0].compare_add = 1;
   wrs[1].wr_id = 2;  // signaled SEND behind it
   wrs[1].opcode = WrOpcode::send;
@@ -88,8 +90,10 @@ TEST_P(RcRemoteErrors, FailsFlushesAndLeavesMemoryAlone) {
   EXPECT_TRUE(drain(*p.b.rcq, 20).empty()) << "the SEND behind the failed WR was delivered";
   EXPECT_EQ(first_diff(before.data(), p.b.buf.data(), before.size()), -1);
   // Reported on the first attempt: one NAK, nothing retransmitted.
-  if (c.want == WcStatus::rem_access_err) EXPECT_EQ(p.b.counters().resp_access_naks_sent, 1u);
-  else EXPECT_EQ(p.b.counters().resp_inv_req_naks_sent, 1u);
+  if (c.want == WcStatus::rem_access_err)
+    EXPECT_EQ(p.b.counters().resp_access_naks_sent, 1u);
+  else
+    EXPECT_EQ(p.b.counters().resp_inv_req_naks_sent, 1u);
   EXPECT_EQ(p.a.counters().req_err_naks_rcvd, 1u);
   EXPECT_EQ(p.a.counters().req_retransmits, 0u);
 }
@@ -119,10 +123,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"QpWithoutRemoteAtomic", WrOpcode::atomic_fetch_and_add, kAll, kQpAll & ~access::kRemoteAtomic},
         Case{"WriteRkeyOfAnotherPd", WrOpcode::rdma_write, kAll, ~0u, 0, 4000, Key::other_pd},
         Case{"ReadRkeyOfAnotherPd", WrOpcode::rdma_read, kAll, ~0u, 0, 4000, Key::other_pd},
-        Case{"MisalignedAtomic", WrOpcode::atomic_fetch_and_add, kAll, ~0u, 4, 8, Key::good,
-             WcStatus::rem_inv_req_err},
-        Case{"MisalignedCas", WrOpcode::atomic_cmp_and_swp, kAll, ~0u, 12, 8, Key::good,
-             WcStatus::rem_inv_req_err}),
+        Case{"MisalignedAtomic", WrOpcode::atomic_fetch_and_add, kAll, ~0u, 4, 8, Key::good, WcStatus::rem_inv_req_err},
+        Case{"MisalignedCas", WrOpcode::atomic_cmp_and_swp, kAll, ~0u, 12, 8, Key::good, WcStatus::rem_inv_req_err}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // A SEND larger than the receive: the requester gets REM_INV_REQ_ERR, the
@@ -240,8 +242,8 @@ TEST(RcErrors, PostArgumentErrors) {
   PairOptions ud_o;
   ud_o.type = QpType::ud;
   Pair ud(ud_o);
-  for (WrOpcode opc : {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read,
-                       WrOpcode::atomic_fetch_and_add}) {
+  for (WrOpcode opc :
+       {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add}) {
     SendWr w;
     w.opcode = opc;
     EXPECT_EQ(ud.a.qp->post_send({&w, 1}, &bad).code(), EINVAL) << int(opc);

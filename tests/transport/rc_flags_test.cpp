@@ -52,8 +52,8 @@ TEST(RcFlags, UnsignaledWqesRetire) {
   size_t recvs = 0;
   for (int round = 0; round < 50; ++round) {
     SendWr wrs[4];
-    for (int k = 0; k < 4; ++k) wrs[k] = wr_of(id++, k == 1 ? WrOpcode::send : WrOpcode::rdma_write, {&s, 1},
-                                                k == 3 ? send_flags::kSignaled : 0);
+    for (int k = 0; k < 4; ++k)
+      wrs[k] = wr_of(id++, k == 1 ? WrOpcode::send : WrOpcode::rdma_write, {&s, 1}, k == 3 ? send_flags::kSignaled : 0);
     for (auto& x : wrs) {
       x.remote_addr = p.b.addr(8000);
       x.rkey = p.b.mr->rkey();

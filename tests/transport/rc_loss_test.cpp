@@ -80,7 +80,7 @@ TEST(RcLoss, DroppedDataPacketGoesBackN) {
   EXPECT_EQ(cb.resp_future_psn, 6u);     // packets 5..10 of the first pass
   EXPECT_EQ(cb.resp_seq_naks_sent, 1u);  // one NAK per gap
   EXPECT_EQ(ca.req_seq_naks_rcvd, 1u);
-  EXPECT_EQ(ca.req_retransmits, 7u);     // 4..10 again
+  EXPECT_EQ(ca.req_retransmits, 7u);  // 4..10 again
   EXPECT_EQ(ca.req_packets, 17u);
   EXPECT_EQ(ca.req_timeouts, 0u);
   EXPECT_EQ(cb.resp_duplicates, 0u);

@@ -29,8 +29,8 @@ TEST(RcLossyNetwork, DuplicatedPacketsTakeEffectOnce) {
   ASSERT_TRUE(p.a.qp->post_send(wrs, &bad).ok());
   auto sc = poll_n(*p.a.scq, 5);
   ASSERT_EQ(sc.size(), 5u);
-  const WcOpcode want[5] = {WcOpcode::send, WcOpcode::rdma_write, WcOpcode::rdma_read,
-                            WcOpcode::fetch_add, WcOpcode::send};
+  const WcOpcode want[5] = {WcOpcode::send, WcOpcode::rdma_write, WcOpcode::rdma_read, WcOpcode::fetch_add,
+                            WcOpcode::send};
   const uint32_t want_len[5] = {5000, 200000, 100000, 8, 5000};
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(sc[i].status, WcStatus::success) << i << ": " << to_string(sc[i].status);

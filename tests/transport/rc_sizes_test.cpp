@@ -13,9 +13,9 @@ enum class Op { send, write, read };
 const char* op_name(Op op) { return op == Op::send ? "Send" : op == Op::write ? "Write" : "Read"; }
 
 constexpr size_t kMax = 16u << 20;
-constexpr size_t kSrcOff = 3;     // odd offsets: nothing relies on alignment
+constexpr size_t kSrcOff = 3;  // odd offsets: nothing relies on alignment
 constexpr size_t kDstOff = 5;
-constexpr size_t kGuard = 64;     // bytes after the destination that must stay untouched
+constexpr size_t kGuard = 64;  // bytes after the destination that must stay untouched
 constexpr uint8_t kPoison = 0xa5;
 
 class RcSizes : public ::testing::TestWithParam<std::tuple<Mtu, Op>> {
@@ -136,9 +136,9 @@ TEST_P(RcZeroLength, MixedWithOneByteMessagesCompleteInOrder) {
     wrs[i].wr_id = 10 + i;
     wrs[i].opcode = ops[i];
     wrs[i].send_flags = send_flags::kSignaled;
-    wrs[i].sg_list = i == 5 ? std::span<const Sge>(&one, 1)
-                   : i == 3 ? std::span<const Sge>()  // no SGE at all
-                            : std::span<const Sge>(&empty, 1);
+    wrs[i].sg_list = i == 5   ? std::span<const Sge>(&one, 1)
+                     : i == 3 ? std::span<const Sge>()  // no SGE at all
+                              : std::span<const Sge>(&empty, 1);
     wrs[i].remote_addr = p.b.addr(32);
     wrs[i].rkey = p.b.mr->rkey();
   }
@@ -173,13 +173,13 @@ INSTANTIATE_TEST_SUITE_P(Mtus, RcZeroLength,
                            return "Mtu" + std::to_string(mtu_bytes(i.param));
                          });
 
-INSTANTIATE_TEST_SUITE_P(
-    Mtus, RcSizes,
-    ::testing::Combine(::testing::Values(Mtu::m256, Mtu::m512, Mtu::m1024, Mtu::m2048, Mtu::m4096),
-                       ::testing::Values(Op::send, Op::write, Op::read)),
-    [](const ::testing::TestParamInfo<RcSizes::ParamType>& i) {
-      return std::string(op_name(std::get<1>(i.param))) + std::to_string(mtu_bytes(std::get<0>(i.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Mtus, RcSizes,
+                         ::testing::Combine(::testing::Values(Mtu::m256, Mtu::m512, Mtu::m1024, Mtu::m2048, Mtu::m4096),
+                                            ::testing::Values(Op::send, Op::write, Op::read)),
+                         [](const ::testing::TestParamInfo<RcSizes::ParamType>& i) {
+                           return std::string(op_name(std::get<1>(i.param))) +
+                                  std::to_string(mtu_bytes(std::get<0>(i.param)));
+                         });
 
 }  // namespace
 }  // namespace uroce::test

@@ -5,18 +5,17 @@
 // shared-memory ring, none through its UDP socket, with no ICRC failing or
 // needing its IPv4 ID solved.  The child reports through its exit code.
 // The rings live in a private directory, removed at the end.
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <cstdlib>
 #include <string>
 
-#include "two_process.hpp"
 #include "net/shm_ring.hpp"
+#include "two_process.hpp"
 
 namespace uroce::test {
 namespace {
@@ -36,8 +35,8 @@ uint64_t all_through_ring(const End& e) {
   const uint64_t via_ring = (*ring)->header().rx_packets.load();
   if (c.rx_packets != via_ring || c.rx_icrc_bad != 0 || c.rx_icrc_id_solved != 0 || c.rx_malformed != 0) {
     std::printf("pid %d: %llu packets, %llu through the ring, ICRC bad %llu, solved %llu\n", int(getpid()),
-                (unsigned long long)c.rx_packets, (unsigned long long)via_ring,
-                (unsigned long long)c.rx_icrc_bad, (unsigned long long)c.rx_icrc_id_solved);
+                (unsigned long long)c.rx_packets, (unsigned long long)via_ring, (unsigned long long)c.rx_icrc_bad,
+                (unsigned long long)c.rx_icrc_id_solved);
     return 0;
   }
   return via_ring;
@@ -55,13 +54,13 @@ int child_main(int in, int out) {
   if (!e.connect(peer)) return 13;
   if (!post_recv(*e.qp, 7, {Sge{e.info().addr, 65536, e.mr->lkey()}}).ok()) return 11;
   if (!send_cmd(out, 'C') || !expect_cmd(in, 'C')) return 14;
-  if (!e.complete(WcOpcode::recv, 50000, 7) || !e.same(0, 1, 50000)) return 2;        // parent's SEND
-  if (!expect_cmd(in, 'W') || !e.same(100000, 2, 100000)) return 3;                    // parent's WRITE
-  if (!expect_cmd(in, 'B') || !e.same(kBig, 5, kBig)) return 8;                     // parent's big WRITE
-  fill_pattern(e.buf.data() + kBig, kBig, 6);                                          // for its big READ
+  if (!e.complete(WcOpcode::recv, 50000, 7) || !e.same(0, 1, 50000)) return 2;  // parent's SEND
+  if (!expect_cmd(in, 'W') || !e.same(100000, 2, 100000)) return 3;             // parent's WRITE
+  if (!expect_cmd(in, 'B') || !e.same(kBig, 5, kBig)) return 8;                 // parent's big WRITE
+  fill_pattern(e.buf.data() + kBig, kBig, 6);                                   // for its big READ
   e.sync();  // the NIC thread that reads it for the READ takes the lock after us
   if (!send_cmd(out, 'b')) return 9;
-  if (!expect_cmd(in, 'A')) return 4;                                                  // parent's atomics
+  if (!expect_cmd(in, 'A')) return 4;  // parent's atomics
   e.sync();
   std::memcpy(&counter, e.buf.data() + 600000, 8);
   if (counter != 5) return 5;
@@ -129,15 +128,14 @@ TEST(ShmTwoProcess, SendWriteReadAtomicsThroughSharedMemory) {
   Info peer{}, mine{};
   int step = 0;
   const bool ok = ++step && e.open() && ++step && read_full(in, &peer, sizeof peer) && ++step &&
-                  (mine = e.info(), write_full(out, &mine, sizeof mine)) && ++step && e.connect(peer) &&
-                  ++step && send_cmd(out, 'C') && expect_cmd(in, 'C');
+                  (mine = e.info(), write_full(out, &mine, sizeof mine)) && ++step && e.connect(peer) && ++step &&
+                  send_cmd(out, 'C') && expect_cmd(in, 'C');
   if (!ok) {
     const int st = finish(false);
     FAIL() << "setup failed at step " << step << "; child status " << st << " (exit "
            << (WIFEXITED(st) ? WEXITSTATUS(st) : -1) << ")";
   }
-  std::printf("parent QPN 0x%06x on port %u, child QPN 0x%06x on port %u\n", mine.qpn, mine.port, peer.qpn,
-              peer.port);
+  std::printf("parent QPN 0x%06x on port %u, child QPN 0x%06x on port %u\n", mine.qpn, mine.port, peer.qpn, peer.port);
   EXPECT_NE(mine.qpn >> 14, peer.qpn >> 14) << "two processes share a registry slot";
   EXPECT_NE(mine.port, peer.port);  // at most one of them holds 4791
   // SEND, then WRITE into the child's memory.
@@ -149,11 +147,9 @@ TEST(ShmTwoProcess, SendWriteReadAtomicsThroughSharedMemory) {
   EXPECT_TRUE(send_cmd(out, 'W'));
   // 2 MiB each way: 512 packets of 4 KiB, GSO trains split into slots.
   fill_pattern(e.buf.data() + kBig, kBig, 5);
-  EXPECT_TRUE(e.post(10, WrOpcode::rdma_write, kBig, kBig, &peer, kBig) &&
-              e.complete(WcOpcode::rdma_write, kBig, 10));
+  EXPECT_TRUE(e.post(10, WrOpcode::rdma_write, kBig, kBig, &peer, kBig) && e.complete(WcOpcode::rdma_write, kBig, 10));
   EXPECT_TRUE(send_cmd(out, 'B') && expect_cmd(in, 'b'));
-  EXPECT_TRUE(e.post(11, WrOpcode::rdma_read, kBig, kBig, &peer, kBig) &&
-              e.complete(WcOpcode::rdma_read, kBig, 11));
+  EXPECT_TRUE(e.post(11, WrOpcode::rdma_read, kBig, kBig, &peer, kBig) && e.complete(WcOpcode::rdma_read, kBig, 11));
   EXPECT_TRUE(e.same(kBig, 6, kBig));
   // READ the child's pattern.
   EXPECT_TRUE(e.post(3, WrOpcode::rdma_read, 300000, 200000, &peer, 300000) &&
@@ -179,7 +175,8 @@ TEST(ShmTwoProcess, SendWriteReadAtomicsThroughSharedMemory) {
   // The child exits on its own; give it the time of a few waits, no more.
   int status = -1;
   for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i) usleep(50000);
-  if (waitpid(pid, nullptr, WNOHANG) == 0) status = finish(true);
+  if (waitpid(pid, nullptr, WNOHANG) == 0)
+    status = finish(true);
   else {
     close(in);
     close(out);

@@ -71,8 +71,9 @@ struct End {
     QpAttr a;
     a.qp_state = QpState::init;
     a.qp_access_flags = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
-    if (!qp->modify(a, qp_attr_mask::kState | qp_attr_mask::kPkeyIndex | qp_attr_mask::kPort |
-                           qp_attr_mask::kAccessFlags).ok())
+    if (!qp->modify(a,
+                    qp_attr_mask::kState | qp_attr_mask::kPkeyIndex | qp_attr_mask::kPort | qp_attr_mask::kAccessFlags)
+             .ok())
       return false;
     a.qp_state = QpState::rtr;
     a.path_mtu = mtu;
@@ -81,9 +82,9 @@ struct End {
     a.ah_attr.dgid = *IpAddr::parse("127.0.0.1");
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 12;
-    if (!qp->modify(a, qp_attr_mask::kState | qp_attr_mask::kAv | qp_attr_mask::kPathMtu |
-                           qp_attr_mask::kDestQpn | qp_attr_mask::kRqPsn | qp_attr_mask::kMaxDestRdAtomic |
-                           qp_attr_mask::kMinRnrTimer).ok())
+    if (!qp->modify(a, qp_attr_mask::kState | qp_attr_mask::kAv | qp_attr_mask::kPathMtu | qp_attr_mask::kDestQpn |
+                           qp_attr_mask::kRqPsn | qp_attr_mask::kMaxDestRdAtomic | qp_attr_mask::kMinRnrTimer)
+             .ok())
       return false;
     a.qp_state = QpState::rts;
     a.sq_psn = 0x100;
@@ -91,15 +92,16 @@ struct End {
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = 4;
-    return qp->modify(a, qp_attr_mask::kState | qp_attr_mask::kSqPsn | qp_attr_mask::kTimeout |
-                             qp_attr_mask::kRetryCnt | qp_attr_mask::kRnrRetry | qp_attr_mask::kMaxQpRdAtomic)
+    return qp
+        ->modify(a, qp_attr_mask::kState | qp_attr_mask::kSqPsn | qp_attr_mask::kTimeout | qp_attr_mask::kRetryCnt |
+                        qp_attr_mask::kRnrRetry | qp_attr_mask::kMaxQpRdAtomic)
         .ok();
   }
   // One successful completion of `opc` with `len` bytes (and wr_id `id`).
   bool complete(WcOpcode opc, uint32_t len, uint64_t id) {
     auto wc = poll_n(*cq, 1, kWaitMs);
-    return wc.size() == 1 && wc[0].status == WcStatus::success && wc[0].opcode == opc &&
-           wc[0].byte_len == len && wc[0].wr_id == id;
+    return wc.size() == 1 && wc[0].status == WcStatus::success && wc[0].opcode == opc && wc[0].byte_len == len &&
+           wc[0].wr_id == id;
   }
   bool post(uint64_t id, WrOpcode opc, size_t off, uint32_t len, const Info* peer = nullptr, uint64_t roff = 0,
             uint64_t add = 0, uint64_t swap = 0) {
@@ -127,6 +129,5 @@ struct End {
     return std::memcmp(want.data(), buf.data() + off, len) == 0;
   }
 };
-
 
 }  // namespace uroce::test::two_proc

@@ -3,12 +3,12 @@
 // ports; the host registry lets each find the other), exchange QPN, rkey and
 // address over pipes, then SEND (both ways), WRITE, READ and atomics run
 // between them, byte-exact.  The child reports through its exit code.
+#include "two_process.hpp"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include "two_process.hpp"
 
 namespace uroce::test {
 namespace {
@@ -26,9 +26,9 @@ int child_main(int in, int out) {
   if (!e.connect(peer)) return 13;
   if (!post_recv(*e.qp, 7, {Sge{e.info().addr, 65536, e.mr->lkey()}}).ok()) return 11;
   if (!send_cmd(out, 'C') || !expect_cmd(in, 'C')) return 14;
-  if (!e.complete(WcOpcode::recv, 50000, 7) || !e.same(0, 1, 50000)) return 2;        // parent's SEND
-  if (!expect_cmd(in, 'W') || !e.same(100000, 2, 100000)) return 3;                    // parent's WRITE
-  if (!expect_cmd(in, 'A')) return 4;                                                  // parent's atomics
+  if (!e.complete(WcOpcode::recv, 50000, 7) || !e.same(0, 1, 50000)) return 2;  // parent's SEND
+  if (!expect_cmd(in, 'W') || !e.same(100000, 2, 100000)) return 3;             // parent's WRITE
+  if (!expect_cmd(in, 'A')) return 4;                                           // parent's atomics
   e.sync();
   std::memcpy(&counter, e.buf.data() + 600000, 8);
   if (counter != 5) return 5;
@@ -64,15 +64,14 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   Info peer{}, mine{};
   int step = 0;
   const bool ok = ++step && e.open() && ++step && read_full(in, &peer, sizeof peer) && ++step &&
-                  (mine = e.info(), write_full(out, &mine, sizeof mine)) && ++step && e.connect(peer) &&
-                  ++step && send_cmd(out, 'C') && expect_cmd(in, 'C');
+                  (mine = e.info(), write_full(out, &mine, sizeof mine)) && ++step && e.connect(peer) && ++step &&
+                  send_cmd(out, 'C') && expect_cmd(in, 'C');
   if (!ok) {
     const int st = finish(false);
     FAIL() << "setup failed at step " << step << "; child status " << st << " (exit "
            << (WIFEXITED(st) ? WEXITSTATUS(st) : -1) << ")";
   }
-  std::printf("parent QPN 0x%06x on port %u, child QPN 0x%06x on port %u\n", mine.qpn, mine.port, peer.qpn,
-              peer.port);
+  std::printf("parent QPN 0x%06x on port %u, child QPN 0x%06x on port %u\n", mine.qpn, mine.port, peer.qpn, peer.port);
   EXPECT_NE(mine.qpn >> 14, peer.qpn >> 14) << "two processes share a registry slot";
   EXPECT_NE(mine.port, peer.port);  // at most one of them holds 4791
   // SEND, then WRITE into the child's memory.
@@ -105,7 +104,8 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   // The child exits on its own; give it the time of a few waits, no more.
   int status = -1;
   for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i) usleep(50000);
-  if (waitpid(pid, nullptr, WNOHANG) == 0) status = finish(true);
+  if (waitpid(pid, nullptr, WNOHANG) == 0)
+    status = finish(true);
   else {
     close(in);
     close(out);

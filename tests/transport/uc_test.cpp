@@ -80,7 +80,8 @@ TEST_P(UcLoss, BrokenMessageIsDroppedNextArrives) {
   auto net = net::FakeNetwork::create();
   Pair p(uc(net));
   auto n = std::make_shared<int>(0);
-  net->set_filter(DropFilter{}.make([n, which, a = p.a.endpoint()](const WirePkt& w) { return w.src == a && ++*n == which; }));
+  net->set_filter(
+      DropFilter{}.make([n, which, a = p.a.endpoint()](const WirePkt& w) { return w.src == a && ++*n == which; }));
   fill_pattern(p.a.buf.data(), 20000, 2);
   std::memset(p.b.buf.data(), 0, 40000);
   ASSERT_TRUE(post_recv(*p.b.qp, 21, {p.b.sge(0, 10000)}).ok());
@@ -120,7 +121,8 @@ TEST_P(UcLoss, BrokenWriteWithImmConsumesNoReceive) {
   auto net = net::FakeNetwork::create();
   Pair p(uc(net));
   auto n = std::make_shared<int>(0);
-  net->set_filter(DropFilter{}.make([n, which, a = p.a.endpoint()](const WirePkt& w) { return w.src == a && ++*n == which; }));
+  net->set_filter(
+      DropFilter{}.make([n, which, a = p.a.endpoint()](const WirePkt& w) { return w.src == a && ++*n == which; }));
   fill_pattern(p.a.buf.data(), 20000, 3);
   ASSERT_TRUE(post_recv(*p.b.qp, 31, {}).ok());
   Sge first = p.a.sge(0, 3000), second = p.a.sge(10000, 4000);
@@ -140,10 +142,9 @@ TEST_P(UcLoss, BrokenWriteWithImmConsumesNoReceive) {
   EXPECT_EQ(p.b.counters().uc_dropped_messages, 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(LostPacket, UcLoss, ::testing::Values(1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return std::string(i.param == 1 ? "First" : i.param == 2 ? "Middle" : "Last");
-                         });
+INSTANTIATE_TEST_SUITE_P(LostPacket, UcLoss, ::testing::Values(1, 2, 3), [](const ::testing::TestParamInfo<int>& i) {
+  return std::string(i.param == 1 ? "First" : i.param == 2 ? "Middle" : "Last");
+});
 
 }  // namespace
 }  // namespace uroce::test

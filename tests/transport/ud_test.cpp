@@ -43,11 +43,11 @@ void check_grh(const uint8_t* g, const IpAddr& src, const IpAddr& dst, size_t le
   if (src.is_v4()) {
     for (int i = 0; i < 20; ++i) ASSERT_EQ(g[i], 0) << "GRH byte " << i;
     const uint8_t* ip = g + 20;
-    EXPECT_EQ(ip[0], 0x45);                                  // version 4, IHL 5
+    EXPECT_EQ(ip[0], 0x45);                                                 // version 4, IHL 5
     EXPECT_EQ(size_t(ip[2] << 8 | ip[3]), 20 + 8 + udp_payload(len, imm));  // total length
-    EXPECT_EQ(ip[6] & 0x40, 0x40);                           // DF
-    EXPECT_EQ(ip[9], 17);                                    // UDP
-    EXPECT_EQ(wire::ipv4_header_checksum({ip, 20}), 0);      // a valid header checksum
+    EXPECT_EQ(ip[6] & 0x40, 0x40);                                          // DF
+    EXPECT_EQ(ip[9], 17);                                                   // UDP
+    EXPECT_EQ(wire::ipv4_header_checksum({ip, 20}), 0);                     // a valid header checksum
     EXPECT_EQ(std::memcmp(ip + 12, src.bytes().data() + 12, 4), 0);
     EXPECT_EQ(std::memcmp(ip + 16, dst.bytes().data() + 12, 4), 0);
   } else {

@@ -1,9 +1,10 @@
 // Memory regions and their keys: unique, unpredictable, never valid again
 // once deregistered; registration checks; the key cipher round-trips.
-#include <sys/mman.h>
-#include <unistd.h>
+#include "verbs/mr.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <random>
@@ -13,7 +14,6 @@
 #include "net/fake_io.hpp"
 #include "verbs/context.hpp"
 #include "verbs/keys.hpp"
-#include "verbs/mr.hpp"
 #include "verbs/pd.hpp"
 
 namespace uroce::verbs {
@@ -184,7 +184,8 @@ TEST(KeyCipher, RoundTripsAndPermutes) {
   other[0] ^= 1;
   KeyCipher c2(other);
   int same = 0;
-  for (uint32_t idx = 1; idx < 1000; ++idx) same += c.encode({5, idx, 0, KeyKind::remote}) == c2.encode({5, idx, 0, KeyKind::remote});
+  for (uint32_t idx = 1; idx < 1000; ++idx)
+    same += c.encode({5, idx, 0, KeyKind::remote}) == c2.encode({5, idx, 0, KeyKind::remote});
   EXPECT_LT(same, 5);
 }
 

@@ -9,9 +9,8 @@
 namespace uroce::wire {
 namespace {
 
-constexpr std::array<uint8_t, 19> kBytes = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
-                                            0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e,
-                                            0x0f, 0x10, 0x11, 0x12, 0x13};
+constexpr std::array<uint8_t, 19> kBytes = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a,
+                                            0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13};
 
 TEST(wire_bytes, ReaderReadsBigEndianInOrder) {
   Reader r(kBytes);
@@ -85,8 +84,7 @@ TEST(wire_bytes, ReaderSkipAndBytes) {
 TEST(wire_bytes, WriterWritesBigEndianAndRefusesOverflow) {
   std::array<uint8_t, 18> buf{};
   Writer w(buf);
-  ASSERT_TRUE(w.u8(0x01) && w.u16(0x0203) && w.u24(0xff040506) && w.u32(0x0708090a) &&
-              w.u64(0x0b0c0d0e0f101112));
+  ASSERT_TRUE(w.u8(0x01) && w.u16(0x0203) && w.u24(0xff040506) && w.u32(0x0708090a) && w.u64(0x0b0c0d0e0f101112));
   EXPECT_TRUE(std::equal(buf.begin(), buf.end(), kBytes.begin()));
   EXPECT_EQ(w.remaining(), 0u);
   EXPECT_FALSE(w.u8(0));

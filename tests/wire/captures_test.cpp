@@ -25,9 +25,9 @@ TEST(wire_captures, SuiteDecodesReencodesAndVerifiesEveryFrame) {
   const auto frames = test::roce_frames(file);
   ASSERT_EQ(file.frames.size(), 31u);
   ASSERT_EQ(frames.size(), 31u);
-  const std::vector<uint8_t> kOpcodes = {
-      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
-      0x10, 0x11, 0x11, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x24, 0x64, 0x65, 0x64, 0x81, 0x06};
+  const std::vector<uint8_t> kOpcodes = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a,
+                                         0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x11, 0x11, 0x12, 0x13,
+                                         0x14, 0x16, 0x17, 0x24, 0x64, 0x65, 0x64, 0x81, 0x06};
   std::vector<uint8_t> seen;
   for (const auto& f : frames) {
     SCOPED_TRACE("frame " + std::to_string(f.index));
@@ -35,8 +35,7 @@ TEST(wire_captures, SuiteDecodesReencodesAndVerifiesEveryFrame) {
     DecodeError err{};
     ASSERT_TRUE(decode(f.payload(), p, err)) << to_string(err);
     seen.push_back(p.hdr.bth.opcode);
-    EXPECT_EQ(test::to_hex(test::make_udp_payload(p.hdr, p.payload, f.ip.fields)),
-              test::to_hex(f.payload()));
+    EXPECT_EQ(test::to_hex(test::make_udp_payload(p.hdr, p.payload, f.ip.fields)), test::to_hex(f.payload()));
     EXPECT_EQ(verify_icrc(f.ip.fields, f.payload()), IcrcCheck::ok);
     if (f.index < 30) {
       EXPECT_EQ(f.ip.fields.ipv4_id, 0x1000 + f.index);  // the generator's IDs

@@ -34,8 +34,7 @@ Sample random_packet(std::mt19937_64& rng) {
   s.truth.ipv4_frag = rng() % 2 ? 0x4000 : 0x0000;
   const uint8_t op = ops[rng() % ops.size()];
   const size_t len = info(op).has(op::kPayload) ? rng() % 1100 : 0;
-  s.bytes = test::make_udp_payload(test::random_headers(op, rng), test::random_bytes(len, rng),
-                                   s.truth);
+  s.bytes = test::make_udp_payload(test::random_headers(op, rng), test::random_bytes(len, rng), s.truth);
   return s;
 }
 
@@ -92,8 +91,7 @@ TEST(wire_icrc_solve, OnlyDfOrZeroFlagsAreAccepted) {
   IpUdpFields truth = random_packet(rng).truth;
   truth.ipv4_id = 0x1234;
   truth.ipv4_frag = 0x2000;
-  const auto bytes = test::make_udp_payload(test::random_headers(0x04, rng),
-                                            test::random_bytes(20, rng), truth);
+  const auto bytes = test::make_udp_payload(test::random_headers(0x04, rng), test::random_bytes(20, rng), truth);
   EXPECT_EQ(verify_icrc(truth, bytes), IcrcCheck::ok);  // told the truth: fine
   EXPECT_EQ(verify_icrc(receiver_view(truth), bytes), IcrcCheck::bad);
 }
@@ -118,8 +116,10 @@ TEST(wire_icrc_solve, CorruptionIsBadExceptAtTheExpectedRate) {
     uint16_t id = 0;
     const IcrcCheck r = verify_icrc(receiver_view(s.truth), s.bytes, &id);
     ASSERT_NE(r, IcrcCheck::ok);
-    if (r == IcrcCheck::bad) ++bad;
-    else ++false_ok;
+    if (r == IcrcCheck::bad)
+      ++bad;
+    else
+      ++false_ok;
   }
   // Expected false accepts: kTrials * 2^-15 ~= 3; this seed gives exactly:
   constexpr int kFalseOkSeen = 5;

@@ -19,9 +19,7 @@
 namespace uroce::wire {
 namespace {
 
-std::span<const uint8_t> as_bytes(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
+std::span<const uint8_t> as_bytes(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 
 TEST(wire_icrc, Crc32IsIeeeWithZlibConvention) {
   EXPECT_EQ(crc32::update(0, as_bytes("123456789")), 0xcbf43926u);  // the CRC-32 check value
@@ -43,8 +41,7 @@ TEST(wire_icrc, Crc32AgreesWithZlibIncludingChaining) {
     // A non-zero start value is continued exactly as zlib does (zlib
     // answers 0 for a null buffer, so only with data).
     if (len > 0) {
-      EXPECT_EQ(crc32::update(0x12345678, b),
-                uint32_t(::crc32(0x12345678, b.data(), uInt(len))));
+      EXPECT_EQ(crc32::update(0x12345678, b), uint32_t(::crc32(0x12345678, b.data(), uInt(len))));
     }
   }
 }
@@ -122,8 +119,7 @@ TEST(wire_icrc, IncrementalEqualsOneShotAtEverySplit) {
 
 TEST(wire_icrc, BthByte4IsNotCovered) {
   std::mt19937_64 rng(5);
-  auto pkt = test::make_udp_payload(test::random_headers(0x04, rng), test::random_bytes(8, rng),
-                                    v4_fields());
+  auto pkt = test::make_udp_payload(test::random_headers(0x04, rng), test::random_bytes(8, rng), v4_fields());
   const uint32_t icrc = compute_icrc(v4_fields(), pkt);
   for (int v = 0; v < 256; ++v) {  // FECN, BECN, Resv6
     pkt[4] = uint8_t(v);
@@ -133,8 +129,7 @@ TEST(wire_icrc, BthByte4IsNotCovered) {
 
 TEST(wire_icrc, EveryOtherFieldIsCovered) {
   std::mt19937_64 rng(6);
-  const auto pkt = test::make_udp_payload(test::random_headers(0x64, rng),
-                                          test::random_bytes(8, rng), v4_fields());
+  const auto pkt = test::make_udp_payload(test::random_headers(0x64, rng), test::random_bytes(8, rng), v4_fields());
   const uint32_t icrc = compute_icrc(v4_fields(), pkt);
   auto changed = [&](auto mutate) {
     IpUdpFields f = v4_fields();
@@ -165,8 +160,7 @@ TEST(wire_icrc, Ipv6VerifiesOkOrBadOnly) {
   f.dst = *IpAddr::parse("fe80::2");
   f.src_port = 0xc000;
   std::mt19937_64 rng(8);
-  const auto pkt = test::make_udp_payload(test::random_headers(0x00, rng),
-                                          test::random_bytes(16, rng), f);
+  const auto pkt = test::make_udp_payload(test::random_headers(0x00, rng), test::random_bytes(16, rng), f);
   uint16_t id = 0x7777;
   EXPECT_EQ(verify_icrc(f, pkt, &id), IcrcCheck::ok);
   EXPECT_EQ(id, 0x7777);  // no ID over IPv6: untouched

@@ -99,13 +99,20 @@ TEST(wire_ip_header, GrhAreaOfUdReceives) {
   write_grh(fields(true), var, 100, grh);
   EXPECT_EQ(to_hex(std::span(grh).first(20)), std::string(40, '0'));  // bytes 0..19 zero
   EXPECT_EQ(to_hex(std::span(grh).subspan(20)),
-            "45020080" "beef4000" "3f11" + to_hex(std::span(grh).subspan(30, 2)) +
-                "0a000001" "0a000002");
+            "45020080"
+            "beef4000"
+            "3f11" +
+                to_hex(std::span(grh).subspan(30, 2)) +
+                "0a000001"
+                "0a000002");
   EXPECT_EQ(ipv4_header_checksum(std::span(grh).subspan(20)), 0);
   EXPECT_EQ(load_be16(grh.data() + 22), 20 + 8 + 100);
 
   write_grh(fields(false), var, 100, grh);
-  EXPECT_EQ(to_hex(std::span(grh).first(8)), "60254321" "006c" "113f");
+  EXPECT_EQ(to_hex(std::span(grh).first(8)),
+            "60254321"
+            "006c"
+            "113f");
   EXPECT_EQ(to_hex(std::span(grh).subspan(8, 16)), "20010db8000000000000000000000001");
   EXPECT_EQ(to_hex(std::span(grh).subspan(24, 16)), "20010db8000000000000000000000002");
 }

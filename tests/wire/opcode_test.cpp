@@ -18,32 +18,67 @@ struct Expect {
 
 // BTH (12) + extension headers, per opcode.
 constexpr Expect kExpected[] = {
-    {0x00, "RC_SEND_FIRST", 12}, {0x01, "RC_SEND_MIDDLE", 12}, {0x02, "RC_SEND_LAST", 12},
-    {0x03, "RC_SEND_LAST_IMM", 16}, {0x04, "RC_SEND_ONLY", 12}, {0x05, "RC_SEND_ONLY_IMM", 16},
-    {0x06, "RC_WRITE_FIRST", 28}, {0x07, "RC_WRITE_MIDDLE", 12}, {0x08, "RC_WRITE_LAST", 12},
-    {0x09, "RC_WRITE_LAST_IMM", 16}, {0x0a, "RC_WRITE_ONLY", 28},
-    {0x0b, "RC_WRITE_ONLY_IMM", 32}, {0x0c, "RC_READ_REQUEST", 28},
-    {0x0d, "RC_READ_RESPONSE_FIRST", 16}, {0x0e, "RC_READ_RESPONSE_MIDDLE", 12},
-    {0x0f, "RC_READ_RESPONSE_LAST", 16}, {0x10, "RC_READ_RESPONSE_ONLY", 16},
-    {0x11, "RC_ACK", 16}, {0x12, "RC_ATOMIC_ACK", 24}, {0x13, "RC_COMPARE_SWAP", 40},
-    {0x14, "RC_FETCH_ADD", 40}, {0x16, "RC_SEND_LAST_INV", 16}, {0x17, "RC_SEND_ONLY_INV", 16},
-    {0x20, "UC_SEND_FIRST", 12}, {0x21, "UC_SEND_MIDDLE", 12}, {0x22, "UC_SEND_LAST", 12},
-    {0x23, "UC_SEND_LAST_IMM", 16}, {0x24, "UC_SEND_ONLY", 12}, {0x25, "UC_SEND_ONLY_IMM", 16},
-    {0x26, "UC_WRITE_FIRST", 28}, {0x27, "UC_WRITE_MIDDLE", 12}, {0x28, "UC_WRITE_LAST", 12},
-    {0x29, "UC_WRITE_LAST_IMM", 16}, {0x2a, "UC_WRITE_ONLY", 28},
-    {0x2b, "UC_WRITE_ONLY_IMM", 32}, {0x64, "UD_SEND_ONLY", 20}, {0x65, "UD_SEND_ONLY_IMM", 24},
+    {0x00, "RC_SEND_FIRST", 12},
+    {0x01, "RC_SEND_MIDDLE", 12},
+    {0x02, "RC_SEND_LAST", 12},
+    {0x03, "RC_SEND_LAST_IMM", 16},
+    {0x04, "RC_SEND_ONLY", 12},
+    {0x05, "RC_SEND_ONLY_IMM", 16},
+    {0x06, "RC_WRITE_FIRST", 28},
+    {0x07, "RC_WRITE_MIDDLE", 12},
+    {0x08, "RC_WRITE_LAST", 12},
+    {0x09, "RC_WRITE_LAST_IMM", 16},
+    {0x0a, "RC_WRITE_ONLY", 28},
+    {0x0b, "RC_WRITE_ONLY_IMM", 32},
+    {0x0c, "RC_READ_REQUEST", 28},
+    {0x0d, "RC_READ_RESPONSE_FIRST", 16},
+    {0x0e, "RC_READ_RESPONSE_MIDDLE", 12},
+    {0x0f, "RC_READ_RESPONSE_LAST", 16},
+    {0x10, "RC_READ_RESPONSE_ONLY", 16},
+    {0x11, "RC_ACK", 16},
+    {0x12, "RC_ATOMIC_ACK", 24},
+    {0x13, "RC_COMPARE_SWAP", 40},
+    {0x14, "RC_FETCH_ADD", 40},
+    {0x16, "RC_SEND_LAST_INV", 16},
+    {0x17, "RC_SEND_ONLY_INV", 16},
+    {0x20, "UC_SEND_FIRST", 12},
+    {0x21, "UC_SEND_MIDDLE", 12},
+    {0x22, "UC_SEND_LAST", 12},
+    {0x23, "UC_SEND_LAST_IMM", 16},
+    {0x24, "UC_SEND_ONLY", 12},
+    {0x25, "UC_SEND_ONLY_IMM", 16},
+    {0x26, "UC_WRITE_FIRST", 28},
+    {0x27, "UC_WRITE_MIDDLE", 12},
+    {0x28, "UC_WRITE_LAST", 12},
+    {0x29, "UC_WRITE_LAST_IMM", 16},
+    {0x2a, "UC_WRITE_ONLY", 28},
+    {0x2b, "UC_WRITE_ONLY_IMM", 32},
+    {0x64, "UD_SEND_ONLY", 20},
+    {0x65, "UD_SEND_ONLY_IMM", 24},
     {0x81, "CNP", 28},
     // XRC: requests carry a 4-byte XRCETH after the BTH, responses do not.
-    {0xa0, "XRC_SEND_FIRST", 16}, {0xa1, "XRC_SEND_MIDDLE", 16}, {0xa2, "XRC_SEND_LAST", 16},
-    {0xa3, "XRC_SEND_LAST_IMM", 20}, {0xa4, "XRC_SEND_ONLY", 16},
-    {0xa5, "XRC_SEND_ONLY_IMM", 20}, {0xa6, "XRC_WRITE_FIRST", 32},
-    {0xa7, "XRC_WRITE_MIDDLE", 16}, {0xa8, "XRC_WRITE_LAST", 16},
-    {0xa9, "XRC_WRITE_LAST_IMM", 20}, {0xaa, "XRC_WRITE_ONLY", 32},
-    {0xab, "XRC_WRITE_ONLY_IMM", 36}, {0xac, "XRC_READ_REQUEST", 32},
-    {0xad, "XRC_READ_RESPONSE_FIRST", 16}, {0xae, "XRC_READ_RESPONSE_MIDDLE", 12},
-    {0xaf, "XRC_READ_RESPONSE_LAST", 16}, {0xb0, "XRC_READ_RESPONSE_ONLY", 16},
-    {0xb1, "XRC_ACK", 16}, {0xb2, "XRC_ATOMIC_ACK", 24}, {0xb3, "XRC_COMPARE_SWAP", 44},
-    {0xb4, "XRC_FETCH_ADD", 44}, {0xb6, "XRC_SEND_LAST_INV", 20},
+    {0xa0, "XRC_SEND_FIRST", 16},
+    {0xa1, "XRC_SEND_MIDDLE", 16},
+    {0xa2, "XRC_SEND_LAST", 16},
+    {0xa3, "XRC_SEND_LAST_IMM", 20},
+    {0xa4, "XRC_SEND_ONLY", 16},
+    {0xa5, "XRC_SEND_ONLY_IMM", 20},
+    {0xa6, "XRC_WRITE_FIRST", 32},
+    {0xa7, "XRC_WRITE_MIDDLE", 16},
+    {0xa8, "XRC_WRITE_LAST", 16},
+    {0xa9, "XRC_WRITE_LAST_IMM", 20},
+    {0xaa, "XRC_WRITE_ONLY", 32},
+    {0xab, "XRC_WRITE_ONLY_IMM", 36},
+    {0xac, "XRC_READ_REQUEST", 32},
+    {0xad, "XRC_READ_RESPONSE_FIRST", 16},
+    {0xae, "XRC_READ_RESPONSE_MIDDLE", 12},
+    {0xaf, "XRC_READ_RESPONSE_LAST", 16},
+    {0xb0, "XRC_READ_RESPONSE_ONLY", 16},
+    {0xb1, "XRC_ACK", 16},
+    {0xb2, "XRC_ATOMIC_ACK", 24},
+    {0xb3, "XRC_COMPARE_SWAP", 44},
+    {0xb4, "XRC_FETCH_ADD", 44},
+    {0xb6, "XRC_SEND_LAST_INV", 20},
     {0xb7, "XRC_SEND_ONLY_INV", 20},
 };
 
@@ -70,7 +105,7 @@ TEST(wire_opcode, NamesServicesAndHeaderLengths) {
     EXPECT_STREQ(i.name, e.name);
     EXPECT_EQ(i.header_len, e.header_len);
     EXPECT_LE(i.header_len, kMaxHeaderLen);
-    const Service s = e.opcode == 0x81 ? Service::cnp
+    const Service s = e.opcode == 0x81   ? Service::cnp
                       : e.opcode >= 0xa0 ? Service::xrc
                       : e.opcode >= 0x60 ? Service::ud
                       : e.opcode >= 0x20 ? Service::uc
@@ -101,7 +136,7 @@ TEST(wire_opcode, ExtensionHeaderOffsetsFollowIbaOrder) {
   EXPECT_EQ(info(Opcode::rc_send_only_inv).ieth, 12);
   EXPECT_EQ(info(Opcode::xrc_send_last_inv).ieth, 16);
   EXPECT_EQ(info(Opcode::rc_read_response_first).aeth, 12);
-  EXPECT_EQ(info(Opcode::rc_read_response_middle).aeth, 0);  // MIDDLE: no AETH
+  EXPECT_EQ(info(Opcode::rc_read_response_middle).aeth, 0);   // MIDDLE: no AETH
   EXPECT_EQ(info(Opcode::xrc_read_response_last).xrceth, 0);  // responses: no XRCETH
   EXPECT_EQ(info(Opcode::xrc_ack).aeth, 12);
   const OpcodeInfo& cnp = info(Opcode::cnp);
@@ -116,12 +151,16 @@ TEST(wire_opcode, OffsetsTileTheHeader) {
     const OpcodeInfo& i = info(e.opcode);
     SCOPED_TRACE(e.name);
     unsigned sum = kBthLen + (i.has(op::kCnpPad) ? kCnpPadLen : 0);
-    const std::pair<uint8_t, unsigned> hdrs[] = {
-        {i.xrceth, kXrcethLen}, {i.reth, kRethLen},   {i.aeth, kAethLen},
-        {i.atomic_eth, kAtomicEthLen}, {i.atomic_ack_eth, kAtomicAckEthLen},
-        {i.imm, kImmLen},       {i.ieth, kIethLen},   {i.deth, kDethLen}};
-    const uint32_t bits[] = {op::kXrceth, op::kReth, op::kAeth, op::kAtomicEth,
-                             op::kAtomicAckEth, op::kImm, op::kIeth, op::kDeth};
+    const std::pair<uint8_t, unsigned> hdrs[] = {{i.xrceth, kXrcethLen},
+                                                 {i.reth, kRethLen},
+                                                 {i.aeth, kAethLen},
+                                                 {i.atomic_eth, kAtomicEthLen},
+                                                 {i.atomic_ack_eth, kAtomicAckEthLen},
+                                                 {i.imm, kImmLen},
+                                                 {i.ieth, kIethLen},
+                                                 {i.deth, kDethLen}};
+    const uint32_t bits[] = {op::kXrceth,       op::kReth, op::kAeth, op::kAtomicEth,
+                             op::kAtomicAckEth, op::kImm,  op::kIeth, op::kDeth};
     std::set<unsigned> starts;
     size_t present = 0;
     for (size_t k = 0; k < std::size(hdrs); ++k) {
@@ -138,9 +177,7 @@ TEST(wire_opcode, OffsetsTileTheHeader) {
   }
 }
 
-bool name_has(const OpcodeInfo& i, const char* part) {
-  return std::string(i.name).find(part) != std::string::npos;
-}
+bool name_has(const OpcodeInfo& i, const char* part) { return std::string(i.name).find(part) != std::string::npos; }
 
 TEST(wire_opcode, FlagsFollowTheOperation) {
   for (const Expect& e : kExpected) {
@@ -159,8 +196,7 @@ TEST(wire_opcode, FlagsFollowTheOperation) {
     EXPECT_EQ(i.has(op::kRequest), send || write || read_req || atomic);
     EXPECT_EQ(i.has(op::kResponse), resp || ack || atomic_ack);
     EXPECT_FALSE(i.has(op::kRequest) && i.has(op::kResponse));
-    const bool consumes = (send && (name_has(i, "LAST") || name_has(i, "ONLY"))) ||
-                          (write && name_has(i, "IMM"));
+    const bool consumes = (send && (name_has(i, "LAST") || name_has(i, "ONLY"))) || (write && name_has(i, "IMM"));
     EXPECT_EQ(i.has(op::kConsumesRecv), consumes);
     EXPECT_EQ(i.has(op::kImm), name_has(i, "IMM"));
     EXPECT_EQ(i.has(op::kIeth), name_has(i, "INV"));

@@ -18,8 +18,7 @@ using test::to_hex;
 
 // BTH of `opcode` with PadCnt `pad`, everything else fixed, then `rest`.
 std::vector<uint8_t> pkt(uint8_t opcode, uint8_t pad, size_t rest_len, uint8_t tver = 0) {
-  std::vector<uint8_t> p = {opcode, uint8_t(pad << 4 | tver), 0xff, 0xff, 0, 0, 0, 0x11,
-                            0,      0, 0, 1};
+  std::vector<uint8_t> p = {opcode, uint8_t(pad << 4 | tver), 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 1};
   p.resize(p.size() + rest_len, 0);
   return p;
 }
@@ -33,8 +32,16 @@ DecodeError decode_error(const std::vector<uint8_t>& p) {
 
 TEST(wire_packet, EncodesWriteOnlyImmByteForByte) {
   Headers h;
-  h.bth = {.opcode = 0x0b, .solicited = true, .mig_req = true, .pad = 3, .tver = 0,
-           .pkey = 0x8001, .fecn = true, .becn = false, .dest_qp = 0x123456, .ack_req = true,
+  h.bth = {.opcode = 0x0b,
+           .solicited = true,
+           .mig_req = true,
+           .pad = 3,
+           .tver = 0,
+           .pkey = 0x8001,
+           .fecn = true,
+           .becn = false,
+           .dest_qp = 0x123456,
+           .ack_req = true,
            .psn = 0xabcdef};
   h.reth = {0x0102030405060708, 0x11223344, 5};
   const uint8_t imm[4] = {0xde, 0xad, 0xbe, 0xef};
@@ -44,9 +51,13 @@ TEST(wire_packet, EncodesWriteOnlyImmByteForByte) {
   std::memset(out, 0xcc, sizeof out);
   ASSERT_EQ(encode_headers(h, out), 32u);
   EXPECT_EQ(to_hex(std::span(out, 32)),
-            "0bf08001" "80123456" "80abcdef"            // BTH
-            "0102030405060708" "11223344" "00000005"    // RETH
-            "deadbeef");                                // ImmDt, wire order
+            "0bf08001"
+            "80123456"
+            "80abcdef"  // BTH
+            "0102030405060708"
+            "11223344"
+            "00000005"       // RETH
+            "deadbeef");     // ImmDt, wire order
   EXPECT_EQ(out[32], 0xcc);  // nothing written past header_len
 }
 
@@ -58,14 +69,20 @@ TEST(wire_packet, EncodesUdSendOnlyImmAndAtomicAck) {
   h.imm = 0;
   uint8_t out[kMaxHeaderLen];
   ASSERT_EQ(encode_headers(h, out), 24u);
-  EXPECT_EQ(to_hex(std::span(out, 24)), "6500ffff000000010000000080010000" "00abcdef" "00000000");
+  EXPECT_EQ(to_hex(std::span(out, 24)),
+            "6500ffff000000010000000080010000"
+            "00abcdef"
+            "00000000");
 
   Headers a;
   a.bth.opcode = 0x12;
   a.aeth = {make_syndrome(AckType::ack, kCreditsInvalid), 0x000102};
   a.atomic_ack.orig = 0x1122334455667788;
   ASSERT_EQ(encode_headers(a, out), 24u);
-  EXPECT_EQ(to_hex(std::span(out, 24)), "1200ffff0000000000000000" "1f000102" "1122334455667788");
+  EXPECT_EQ(to_hex(std::span(out, 24)),
+            "1200ffff0000000000000000"
+            "1f000102"
+            "1122334455667788");
 }
 
 TEST(wire_packet, EncodeRefusesUnknownOpcodeAndShortBuffer) {

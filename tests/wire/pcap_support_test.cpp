@@ -1,13 +1,13 @@
 // tests/support: pcap reader/writer and hex helpers that the wire tests
 // (and later the transport tests) rely on.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
 
 #include "support/hex.hpp"
 #include "support/pcap.hpp"
@@ -65,8 +65,7 @@ TEST(wire_support_pcap, WritesAndReadsBackRawAndEthernet) {
 
 TEST(wire_support_pcap, StripsVlanSllAndLoopbackHeaders) {
   const std::vector<uint8_t> ip = {0x45, 0, 0, 20};
-  std::vector<uint8_t> vlan = {2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x81, 0x00, 0x00, 0x05,
-                               0x08, 0x00};
+  std::vector<uint8_t> vlan = {2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00};
   vlan.insert(vlan.end(), ip.begin(), ip.end());
   auto l3 = strip_link(kLinktypeEthernet, vlan);
   ASSERT_TRUE(l3);
@@ -90,8 +89,7 @@ TEST(wire_support_pcap, RefusesMissingTruncatedAndPcapng) {
   EXPECT_FALSE(read_pcap("/nonexistent/x.pcap").ok());
   const std::string path = temp_path("trunc");
   auto bytes = [&](const std::vector<uint8_t>& b) {
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
-                                                std::streamsize(b.size()));
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
   };
   {
     auto w = PcapWriter::create(path, kLinktypeRaw);
@@ -105,8 +103,7 @@ TEST(wire_support_pcap, RefusesMissingTruncatedAndPcapng) {
   EXPECT_FALSE(read_pcap(path).ok());
   bytes(std::vector<uint8_t>(whole.begin(), whole.begin() + 30));  // record header cut
   EXPECT_FALSE(read_pcap(path).ok());
-  bytes({0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-         0, 0, 0});
+  bytes({0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   EXPECT_EQ(read_pcap(path).status().code(), EOPNOTSUPP);
   std::remove(path.c_str());
 }

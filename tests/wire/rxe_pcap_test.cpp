@@ -50,8 +50,7 @@ TEST_P(wire_rxe_pcap, EveryFrameRoundTripsWithItsIcrc) {
     DecodeError err{};
     ASSERT_TRUE(decode(f.payload(), p, err)) << to_string(err);
     ++opcodes[p.hdr.bth.opcode];
-    ASSERT_EQ(test::to_hex(test::make_udp_payload(p.hdr, p.payload, f.ip.fields)),
-              test::to_hex(f.payload()));
+    ASSERT_EQ(test::to_hex(test::make_udp_payload(p.hdr, p.payload, f.ip.fields)), test::to_hex(f.payload()));
     EXPECT_EQ(verify_icrc(f.ip.fields, f.payload()), IcrcCheck::ok);
   }
   EXPECT_EQ(opcodes, c.opcodes);
@@ -77,12 +76,11 @@ TEST_P(wire_rxe_pcap, IpIdIsSolvedFromTheIcrc) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(captures, wire_rxe_pcap, ::testing::ValuesIn(kCaptures),
-                         [](const auto& info) {
-                           std::string n = info.param.file;
-                           n = n.substr(4, n.size() - 9);  // rxe_X.pcap -> X
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(captures, wire_rxe_pcap, ::testing::ValuesIn(kCaptures), [](const auto& info) {
+  std::string n = info.param.file;
+  n = n.substr(4, n.size() - 9);  // rxe_X.pcap -> X
+  return n;
+});
 
 TEST(wire_rxe_pcap_total, EightHundredSixtyFiveFrames) {
   size_t total = 0;

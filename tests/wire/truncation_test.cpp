@@ -22,8 +22,7 @@ std::vector<std::vector<uint8_t>> corpus() {
   auto file = test::read_pcap(UROCE_TEST_DATA "/suite.pcap");
   EXPECT_TRUE(file.ok()) << file.status().to_string();
   if (file.ok())
-    for (const auto& f : test::roce_frames(*file))
-      out.emplace_back(f.payload().begin(), f.payload().end());
+    for (const auto& f : test::roce_frames(*file)) out.emplace_back(f.payload().begin(), f.payload().end());
   std::mt19937_64 rng(0x7c0de);
   IpUdpFields ip;
   ip.src = ip.dst = IpAddr::from_v4(0x7f000001);
@@ -31,8 +30,7 @@ std::vector<std::vector<uint8_t>> corpus() {
     const OpcodeInfo& oi = info(uint8_t(op));
     if (!oi.valid()) continue;
     const size_t len = oi.has(op::kPayload) ? 1 + rng() % 70 : 0;
-    out.push_back(test::make_udp_payload(test::random_headers(uint8_t(op), rng),
-                                         test::random_bytes(len, rng), ip));
+    out.push_back(test::make_udp_payload(test::random_headers(uint8_t(op), rng), test::random_bytes(len, rng), ip));
   }
   return out;
 }

@@ -1,11 +1,12 @@
 // The six reference vectors of tests/data/vectors.txt (checked by tshark and
 // two independent checkers): decode, re-encode byte for byte, same ICRC.
+#include "support/vectors.hpp"
+
 #include <gtest/gtest.h>
 
 #include "support/hex.hpp"
 #include "support/pcap.hpp"
 #include "support/roce_packet.hpp"
-#include "support/vectors.hpp"
 #include "wire/icrc.hpp"
 #include "wire/ip_header.hpp"
 #include "wire/packet.hpp"
@@ -35,8 +36,7 @@ class wire_vectors : public ::testing::Test {
 };
 
 TEST_F(wire_vectors, AllSixDecodeAndReencodeByteForByte) {
-  const char* kOpcodes[] = {"RC_SEND_ONLY", "RC_WRITE_FIRST", "UC_SEND_ONLY",
-                            "CNP",          "RC_ACK",         "RC_WRITE_FIRST"};
+  const char* kOpcodes[] = {"RC_SEND_ONLY", "RC_WRITE_FIRST", "UC_SEND_ONLY", "CNP", "RC_ACK", "RC_WRITE_FIRST"};
   for (size_t i = 0; i < vs_.size(); ++i) {
     SCOPED_TRACE(vs_[i].name);
     ParsedIpUdp ip;
@@ -130,14 +130,12 @@ TEST_F(wire_vectors, V6Ipv6TrafficClassAndFlowLabelAreNotCovered) {
   EXPECT_EQ(ip.variant.flow_label, 0x12345u);
   EXPECT_EQ(p.hdr.reth.length, 48u);
   // Rebuilding the IPv6 packet with other variant fields keeps the ICRC.
-  const auto rebuilt = test::make_ip_packet(ip.fields, {.tos = 0, .ttl = 1, .flow_label = 0},
-                                            ip.udp_payload);
+  const auto rebuilt = test::make_ip_packet(ip.fields, {.tos = 0, .ttl = 1, .flow_label = 0}, ip.udp_payload);
   const auto again = parse_ip_udp(rebuilt);
   ASSERT_TRUE(again);
   EXPECT_EQ(verify_icrc(again->fields, again->udp_payload), IcrcCheck::ok);
   // And the full packet rebuilt with the vector's own variant fields is the vector.
-  EXPECT_EQ(to_hex(test::make_ip_packet(ip.fields, ip.variant, ip.udp_payload)),
-            to_hex(vs_[5].bytes));
+  EXPECT_EQ(to_hex(test::make_ip_packet(ip.fields, ip.variant, ip.udp_payload)), to_hex(vs_[5].bytes));
 }
 
 TEST_F(wire_vectors, VectorsPcapHoldsV3AndV4) {

@@ -80,12 +80,14 @@ int fail(const std::string& what) {
 uint64_t cpu_us() {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
-  return uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1'000'000 + uint64_t(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  return uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1'000'000 +
+         uint64_t(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 // A UDP socket bound to addr (port 0: ephemeral), non-blocking if busy.
 Result<int> udp_socket(const IpAddr& addr, bool nonblocking) {
-  const int fd = ::socket(addr.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
+  const int fd =
+      ::socket(addr.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
   if (fd < 0) return err::from_errno(errno, std::string("socket: ") + std::strerror(errno));
   if (!nonblocking) {  // blocking receives wake up now and then to check their deadline
     timeval tv{1, 0};
@@ -264,7 +266,8 @@ int serve(const Options& o) {
                       static_cast<unsigned long long>(received), static_cast<unsigned long long>(bytes), first, last,
                       static_cast<unsigned long long>(cpu_us() - c0));
         for (int k = 0; k < 3; ++k)
-          (void)::sendto(*fd, line, std::strlen(line), 0, reinterpret_cast<const sockaddr*>(&io->from(i)), io->fromlen(i));
+          (void)::sendto(*fd, line, std::strlen(line), 0, reinterpret_cast<const sockaddr*>(&io->from(i)),
+                         io->fromlen(i));
         return 0;
       }
       if (received == 0) {
@@ -332,9 +335,21 @@ int client(const Options& o) {
   if (Status s = bench::pin_to_cpu(cpus->first); !s.ok()) return fail(s.to_string());
   const bool busy = o.wait == "busy";
   bench::Child server;
-  std::vector<std::string> args = {"baseline", o.test, "--serve", "--ready-fd", "3", "--cpu",
-                                   std::to_string(cpus->second), "--addr", saddr->to_string(), "--wait", o.wait,
-                                   "--size", std::to_string(o.size), "--mtu", std::to_string(o.mtu)};
+  std::vector<std::string> args = {"baseline",
+                                   o.test,
+                                   "--serve",
+                                   "--ready-fd",
+                                   "3",
+                                   "--cpu",
+                                   std::to_string(cpus->second),
+                                   "--addr",
+                                   saddr->to_string(),
+                                   "--wait",
+                                   o.wait,
+                                   "--size",
+                                   std::to_string(o.size),
+                                   "--mtu",
+                                   std::to_string(o.mtu)};
   if (o.ack) args.push_back("--ack");
   if (o.gso) args.push_back("--gso");
   if (Status s = server.spawn(args); !s.ok()) return fail("start the server: " + s.to_string());
@@ -421,8 +436,10 @@ int client(const Options& o) {
         c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
         const uint16_t seg = uint16_t(o.size);
         std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
-        if (::sendmsg(*fd, &h, 0) > 0) sent += b;
-        else if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR) return fail(std::string("sendmsg: ") + std::strerror(errno));
+        if (::sendmsg(*fd, &h, 0) > 0)
+          sent += b;
+        else if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR)
+          return fail(std::string("sendmsg: ") + std::strerror(errno));
       } else {
         if (!io->send(to, tolen, data.data(), lens)) return fail("sendmmsg failed");
         sent += b;
@@ -448,8 +465,10 @@ int client(const Options& o) {
   j.end_object();
   const int child = server.wait(10000);
   ::close(*fd);
-  if (o.json) std::printf("%s\n", j.str().c_str());
-  else std::fputs(human.c_str(), stdout);
+  if (o.json)
+    std::printf("%s\n", j.str().c_str());
+  else
+    std::fputs(human.c_str(), stdout);
   return child == 0 ? 0 : fail("the server exited with status " + std::to_string(child));
 }
 
@@ -474,9 +493,13 @@ Command add_baseline(CLI::App& root) {
       ->check(CLI::Range(64u, 65000u))
       ->capture_default_str();
   c.app->add_flag("--ack", o.ack, "udp-pingpong: a 20-byte datagram rides along each way (an RC ACK's shape)");
-  c.app->add_option("--batch", o.batch, "udp-rate: datagrams per send call")->check(CLI::Range(1u, 128u))->capture_default_str();
+  c.app->add_option("--batch", o.batch, "udp-rate: datagrams per send call")
+      ->check(CLI::Range(1u, 128u))
+      ->capture_default_str();
   c.app->add_flag("--gso", o.gso, "udp-rate: one UDP_SEGMENT send per batch, UDP_GRO receive");
-  c.app->add_option("--duration", o.duration_s, "seconds (bounded)")->check(CLI::Range(0.01, 60.0))->capture_default_str();
+  c.app->add_option("--duration", o.duration_s, "seconds (bounded)")
+      ->check(CLI::Range(0.01, 60.0))
+      ->capture_default_str();
   c.app->add_option("--iters", o.iters, "udp-pingpong: at most this many round trips")->capture_default_str();
   c.app->add_option("--warmup", o.warmup, "udp-pingpong: round trips before measuring")->capture_default_str();
   c.app->add_option("--addr", o.addr, "the client's address")->capture_default_str();

@@ -202,7 +202,8 @@ Result<std::string> Child::wait_ready(int timeout_ms) {
   while (got.find('\n') == std::string::npos) {
     const int left = int((deadline - now_us()) / 1000);
     if (left <= 0 || poll_one(ready_fd_, POLLIN, left) <= 0)
-      return err::from_errno(ETIMEDOUT, "the child process did not get ready within " + std::to_string(timeout_ms) + " ms");
+      return err::from_errno(ETIMEDOUT,
+                             "the child process did not get ready within " + std::to_string(timeout_ms) + " ms");
     char buf[256];
     const ssize_t n = ::read(ready_fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;

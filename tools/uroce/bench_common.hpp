@@ -22,8 +22,7 @@ namespace uroce::bench {
 
 // Microseconds on the monotonic clock.
 inline double now_us() noexcept {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Order statistics of a set of samples (NaN where there are none).

@@ -71,10 +71,9 @@ class Peer {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fd, 3);
     const std::string size = std::to_string(o.size), mtu = std::to_string(o.mtu);
-    std::vector<const char*> argv = {"uroce", "demo", "--peer-fd", "3", "--addr", o.addr.c_str(),
-                                     "--size", size.c_str(), "--mtu", mtu.c_str(), nullptr};
-    const int e = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, const_cast<char* const*>(argv.data()),
-                              environ);
+    std::vector<const char*> argv = {"uroce",  "demo",       "--peer-fd", "3",         "--addr", o.addr.c_str(),
+                                     "--size", size.c_str(), "--mtu",     mtu.c_str(), nullptr};
+    const int e = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, const_cast<char* const*>(argv.data()), environ);
     posix_spawn_file_actions_destroy(&fa);
     if (e != 0) {
       pid_ = -1;
@@ -139,9 +138,7 @@ SendWr one_sided(WrOpcode opcode, const Sge& local, uint64_t remote, uint32_t rk
   return wr;
 }
 
-std::string kib(uint64_t n) {
-  return n % 1024 == 0 ? std::to_string(n / 1024) + " KiB" : std::to_string(n) + " bytes";
-}
+std::string kib(uint64_t n) { return n % 1024 == 0 ? std::to_string(n / 1024) + " KiB" : std::to_string(n) + " bytes"; }
 
 }  // namespace
 
@@ -178,8 +175,7 @@ int run_active(const Options& o) {
     say("active", "error: cannot allocate %s", kib(L.total()).c_str());
     return 1;
   }
-  std::optional<MemoryRegion> mr =
-      get(pd->reg_mr(buf.data, buf.size, access::kLocalWrite), "register memory");
+  std::optional<MemoryRegion> mr = get(pd->reg_mr(buf.data, buf.size, access::kLocalWrite), "register memory");
   QpConfig qc;
   qc.type = QpType::rc;
   qc.send_cq = qc.recv_cq = &*cq;
@@ -229,8 +225,8 @@ int run_active(const Options& o) {
   ConnectOptions co;
   co.mtu = *mtu_from_bytes(o.mtu);
   if (!ok(qp->connect(them, co), "connect")) return 1;
-  say("active", "queue pair %s is in %s, connected to %s QP %s", hex(me.qpn, 6).c_str(),
-      to_string(qp->state()), them.gid.to_string().c_str(), hex(them.qpn, 6).c_str());
+  say("active", "queue pair %s is in %s, connected to %s QP %s", hex(me.qpn, 6).c_str(), to_string(qp->state()),
+      them.gid.to_string().c_str(), hex(them.qpn, 6).c_str());
   if (auto r = link.expect("ready"); !r.ok()) {
     say("active", "error: %s", r.status().to_string().c_str());
     return 1;
@@ -258,8 +254,7 @@ int run_active(const Options& o) {
 
   // ---- RDMA WRITE
   blank();
-  note("4. RDMA WRITE %s into the passive's memory (one-sided: no receive, no code runs there)",
-       kib(n).c_str());
+  note("4. RDMA WRITE %s into the passive's memory (one-sided: no receive, no code runs there)", kib(n).c_str());
   fill_text(buf.span(L.write(), n), kWriteText);
   say("active", "RDMA WRITE to %s, rkey %s: %s", hex(their_addr + L.write()).c_str(), hex(their_rkey, 8).c_str(),
       preview(buf.span(L.write(), n)).c_str());
@@ -310,8 +305,7 @@ int run_active(const Options& o) {
   say("active", "the counter held %" PRIu64 " before the add", old);
   if (!ok(link.send("show-counter"), "talk to the passive side")) return 1;
   auto counter = link.expect("counter");
-  checks.check(op_faa.done && op_faa.wc.status == WcStatus::success && op_faa.wc.byte_len == 8 &&
-                   old == kCounterStart,
+  checks.check(op_faa.done && op_faa.wc.status == WcStatus::success && op_faa.wc.byte_len == 8 && old == kCounterStart,
                "FETCH_AND_ADD returned the counter's old value " + std::to_string(kCounterStart));
   checks.check(counter.ok() && counter->num("value") == kCounterStart + kAdd,
                "the passive's counter is now " + std::to_string(kCounterStart + kAdd));
@@ -382,12 +376,11 @@ namespace uroce::cli {
 Command add_demo(CLI::App& root) {
   static demo::Options o;
   Command c;
-  c.app = root.add_subcommand(
-      "demo",
-      "Move data between two processes over loopback RoCEv2: SEND, RDMA WRITE, RDMA READ and an "
-      "atomic, explained step by step");
-  c.app->add_option("--addr", o.addr, "IP address both processes use (an address of this host)")
-      ->capture_default_str();
+  c.app =
+      root.add_subcommand("demo",
+                          "Move data between two processes over loopback RoCEv2: SEND, RDMA WRITE, RDMA READ and an "
+                          "atomic, explained step by step");
+  c.app->add_option("--addr", o.addr, "IP address both processes use (an address of this host)")->capture_default_str();
   c.app->add_option("--size", o.size, "bytes moved by each operation (suffixes K, M)")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(uint64_t(1), uint64_t(64) << 20))
@@ -395,8 +388,7 @@ Command add_demo(CLI::App& root) {
   c.app->add_option("--mtu", o.mtu, "path MTU of the connection")
       ->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u}))
       ->capture_default_str();
-  c.app->add_option("--peer-fd", o.peer_fd, "run as the passive side on this socket (internal)")
-      ->group("");
+  c.app->add_option("--peer-fd", o.peer_fd, "run as the passive side on this socket (internal)")->group("");
   c.run = [] { return o.peer_fd >= 0 ? demo::run_passive(o) : demo::run_active(o); };
   return c;
 }

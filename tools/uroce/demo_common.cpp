@@ -73,7 +73,8 @@ Status Link::send(const std::string& verb, const std::map<std::string, std::stri
   while (off < line.size()) {
     const ssize_t n = ::send(fd_, line.data() + off, line.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return err::from_errno(errno, std::string("sending '") + verb + "' to the other side: " + std::strerror(errno));
+    if (n < 0)
+      return err::from_errno(errno, std::string("sending '") + verb + "' to the other side: " + std::strerror(errno));
     off += size_t(n);
   }
   return {};
@@ -102,7 +103,8 @@ Result<Msg> Link::recv(int timeout_ms) {
     pollfd p{fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, timeout_ms);
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0) return err::from_errno(ETIMEDOUT, "the other side did not answer within " + std::to_string(timeout_ms) + " ms");
+    if (r == 0)
+      return err::from_errno(ETIMEDOUT, "the other side did not answer within " + std::to_string(timeout_ms) + " ms");
     char buf[4096];
     const ssize_t n = ::read(fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -116,7 +118,8 @@ Result<Msg> Link::expect(const std::string& verb, int timeout_ms) {
   auto m = recv(timeout_ms);
   if (!m.ok()) return m;
   if (m->verb == "error") return err::from_errno(EPROTO, "the other side failed: " + m->str("what"));
-  if (m->verb != verb) return err::from_errno(EPROTO, "expected '" + verb + "' from the other side, got '" + m->verb + "'");
+  if (m->verb != verb)
+    return err::from_errno(EPROTO, "expected '" + verb + "' from the other side, got '" + m->verb + "'");
   return m;
 }
 
@@ -152,8 +155,8 @@ void note(const char* fmt, ...) {
 }
 
 std::string describe(const Wc& wc) {
-  return std::string("status ") + to_string(wc.status) + ", opcode " + to_string(wc.opcode) +
-         ", byte_len " + std::to_string(wc.byte_len);
+  return std::string("status ") + to_string(wc.status) + ", opcode " + to_string(wc.opcode) + ", byte_len " +
+         std::to_string(wc.byte_len);
 }
 
 PeerInfo peer_from(const Msg& m) {

@@ -75,14 +75,13 @@ int run_passive(const Options& o) {
   const uint64_t read_hash = fnv1a(buf.span(L.read(), n));
   const PeerInfo me = qp->local_info();
   const Endpoint ep = ctx->local_endpoint();
-  say("passive", "pid %d: device %s speaks RoCEv2 on %s", int(::getpid()), ctx->name().c_str(),
-      ep.to_string().c_str());
+  say("passive", "pid %d: device %s speaks RoCEv2 on %s", int(::getpid()), ctx->name().c_str(), ep.to_string().c_str());
   if (ep.port != 4791) {
     say("passive", "  (UDP 4791 is taken by the active process: peers on this host find");
     say("passive", "   port %u through the host registry in /dev/shm)", ep.port);
   }
-  say("passive", "registered %s at %s for REMOTE WRITE, READ and ATOMIC: rkey %s", std::to_string(buf.size).append(" bytes").c_str(),
-      hex(mr->addr()).c_str(), hex(mr->rkey(), 8).c_str());
+  say("passive", "registered %s at %s for REMOTE WRITE, READ and ATOMIC: rkey %s",
+      std::to_string(buf.size).append(" bytes").c_str(), hex(mr->addr()).c_str(), hex(mr->rkey(), 8).c_str());
   say("passive", "created RC queue pair %s, first PSN %s", hex(me.qpn, 6).c_str(), hex(me.psn, 6).c_str());
   say("passive", "filled %u bytes for the active side to READ, set a counter to %" PRIu64, n, kCounterStart);
   auto kv = to_kv(me);

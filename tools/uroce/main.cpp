@@ -8,12 +8,8 @@ int main(int argc, char** argv) {
   CLI::App app{"uroce: a software RDMA NIC in user space speaking RoCEv2 over UDP"};
   app.require_subcommand(1);
   std::vector<uroce::cli::Command> commands = {
-      uroce::cli::add_demo(app),
-      uroce::cli::add_pingpong(app),
-      uroce::cli::add_perf(app),
-      uroce::cli::add_baseline(app),
-      uroce::cli::add_stat(app),
-      uroce::cli::add_exec(app),
+      uroce::cli::add_demo(app),     uroce::cli::add_pingpong(app), uroce::cli::add_perf(app),
+      uroce::cli::add_baseline(app), uroce::cli::add_stat(app),     uroce::cli::add_exec(app),
       uroce::cli::add_version(app),
   };
   CLI11_PARSE(app, argc, argv);

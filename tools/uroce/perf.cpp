@@ -89,9 +89,12 @@ std::optional<uint32_t> parse_size(const std::string& s) {
   const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   std::string unit(end);
   uint64_t mult = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") mult = 1024;
-  else if (unit == "M" || unit == "m" || unit == "MiB") mult = 1u << 20;
-  else if (!unit.empty() && unit != "B") return std::nullopt;
+  if (unit == "K" || unit == "k" || unit == "KiB")
+    mult = 1024;
+  else if (unit == "M" || unit == "m" || unit == "MiB")
+    mult = 1u << 20;
+  else if (!unit.empty() && unit != "B")
+    return std::nullopt;
   const uint64_t b = v * mult;
   if (end == s.c_str() || b == 0 || b > kMaxSize) return std::nullopt;
   return uint32_t(b);
@@ -285,9 +288,21 @@ int run_local(const Options& o) {
   if (auto pts = points_of(o); !pts.ok()) return fail(pts.status().to_string());
   if (Status s = bench::pin_to_cpu(cpus->first); !s.ok()) return fail(s.to_string());
   bench::Child server;
-  const std::vector<std::string> args = {"perf", "--listen", "--quiet", "--addr", saddr->to_string(), "--port", "0",
-                                         "--udp-port", std::to_string(o.udp_port), "--connections", "1",
-                                         "--ready-fd", "3", "--cpu", std::to_string(cpus->second)};
+  const std::vector<std::string> args = {"perf",
+                                         "--listen",
+                                         "--quiet",
+                                         "--addr",
+                                         saddr->to_string(),
+                                         "--port",
+                                         "0",
+                                         "--udp-port",
+                                         std::to_string(o.udp_port),
+                                         "--connections",
+                                         "1",
+                                         "--ready-fd",
+                                         "3",
+                                         "--cpu",
+                                         std::to_string(cpus->second)};
   if (Status s = server.spawn(args); !s.ok()) return fail("start the server: " + s.to_string());
   auto port = server.wait_ready();
   if (!port.ok()) return fail("the server: " + port.status().to_string());
@@ -363,9 +378,10 @@ Command add_perf(CLI::App& root) {
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   c.app->add_option("--wait", o.wait, "how the client waits: busy or notify")->capture_default_str();
-  c.app->add_option("--server", o.server,
-                    "one-sided tests: the server's thread busy-polls (poll) or sleeps, leaving the work to the NIC's "
-                    "progress thread (sleep)")
+  c.app
+      ->add_option("--server", o.server,
+                   "one-sided tests: the server's thread busy-polls (poll) or sleeps, leaving the work to the NIC's "
+                   "progress thread (sleep)")
       ->capture_default_str();
   c.app->add_flag("--no-inline", o.no_inline, "never post SENDs and WRITEs inline (default: up to 64 bytes)");
   c.app->add_option("--mtu", o.cfg.mtu, "path MTU (default: the ports' smaller MTU)")

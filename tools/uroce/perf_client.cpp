@@ -227,8 +227,8 @@ Status Client::bandwidth(const Point& p, Outcome& out) {
     for (uint32_t k = 0; k < n; ++k) {
       const uint64_t idx = posted + k;
       wrs[k].wr_id = idx + 1;
-      wrs[k].send_flags = (base.send_flags & ~send_flags::kSignaled) |
-                          ((idx + 1) % every == 0 ? send_flags::kSignaled : 0u);
+      wrs[k].send_flags =
+          (base.send_flags & ~send_flags::kSignaled) | ((idx + 1) % every == 0 ? send_flags::kSignaled : 0u);
     }
     UROCE_TRY(qp_->post_send(std::span<const SendWr>(wrs.data(), n)));
     posted += n;
@@ -321,8 +321,8 @@ std::vector<Outcome> run_client(const ClientConfig& cc, const std::vector<Point>
       o.point = p;
       o.error = s.to_string();
       out.push_back(o);
-      if (error) *error = std::string(name(p.op)) + " " + name(p.test) + " " + bench::size_name(p.size) + ": " +
-                          s.to_string();
+      if (error)
+        *error = std::string(name(p.op)) + " " + name(p.test) + " " + bench::size_name(p.size) + ": " + s.to_string();
       break;
     }
     out.push_back(o);

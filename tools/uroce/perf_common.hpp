@@ -44,15 +44,15 @@ struct Point {
 
 // The knobs of a run.
 struct Config {
-  double duration_s = 0.3;     // per point (after the warm-up)
+  double duration_s = 0.3;      // per point (after the warm-up)
   uint64_t max_iters = 100000;  // latency: at most this many round trips per point
-  uint32_t window = 64;        // bandwidth: work requests outstanding
-  uint32_t post_list = 1;      // bandwidth: work requests per post_send call
-  uint32_t signal_every = 16;  // bandwidth: one signaled completion per this many
-  bool notify = false;         // the client (and a SEND echo server) waits for notify
+  uint32_t window = 64;         // bandwidth: work requests outstanding
+  uint32_t post_list = 1;       // bandwidth: work requests per post_send call
+  uint32_t signal_every = 16;   // bandwidth: one signaled completion per this many
+  bool notify = false;          // the client (and a SEND echo server) waits for notify
   Server server = Server::poll;
-  uint32_t mtu = 0;            // path MTU (0: the ports' smaller MTU)
-  bool inline_small = true;    // SEND/WRITE of <= 64 bytes inline (no lkey lookup)
+  uint32_t mtu = 0;          // path MTU (0: the ports' smaller MTU)
+  bool inline_small = true;  // SEND/WRITE of <= 64 bytes inline (no lkey lookup)
 };
 
 // What one point measured.

@@ -188,8 +188,8 @@ int run_server(const ServerConfig& sc) {
   }
   if (sc.ready_fd >= 0) bench::report_ready(sc.ready_fd, std::to_string(port));
   if (!sc.quiet) {
-    std::printf("uroce perf: server listening on %s (TCP), RoCEv2 on %s\n",
-                Endpoint{sc.addr, port}.to_string().c_str(), ctx->local_endpoint().to_string().c_str());
+    std::printf("uroce perf: server listening on %s (TCP), RoCEv2 on %s\n", Endpoint{sc.addr, port}.to_string().c_str(),
+                ctx->local_endpoint().to_string().c_str());
     std::fflush(stdout);
   }
   int status = 0;

@@ -32,7 +32,7 @@ struct Options {
   uint32_t size = 8;
   uint64_t iters = 10000;
   uint64_t warmup = 1000;
-  std::string addr;                   // this side's RDMA address
+  std::string addr;                     // this side's RDMA address
   std::string peer_addr = "127.0.0.2";  // --local: the server's
   uint16_t port = 0;
   uint16_t udp_port = 4791;
@@ -63,8 +63,8 @@ void print_table(const Options& o, const std::vector<Outcome>& out, const std::s
   // Columns: mode 22, side 6 | median 9, p99 9 | user 8, kernel 8 | user 8, kernel 8 | total 7.
   std::printf("%-22s %-6s | %-19s | %-17s | %-17s | %7s\n", "", "", "  round trip (us)", "  application CPU",
               " library progress", "total");
-  std::printf("%-22s %-6s | %9s %9s | %8s %8s | %8s %8s | %7s\n", "mode", "side", "median", "p99", "user",
-              "kernel", "user", "kernel", "CPU");
+  std::printf("%-22s %-6s | %9s %9s | %8s %8s | %8s %8s | %7s\n", "mode", "side", "median", "p99", "user", "kernel",
+              "user", "kernel", "CPU");
   std::printf("%s\n", std::string(22 + 1 + 6 + 3 + 19 + 3 + 17 + 3 + 17 + 3 + 7, '-').c_str());
   // Fastest first, like the seed's ranking.
   std::vector<const Outcome*> rows;
@@ -96,8 +96,9 @@ void print_table(const Options& o, const std::vector<Outcome>& out, const std::s
   }
   std::printf("\n");
   if (passive) std::printf("* the passive server sees no round trips: its figure is elapsed time / round trips\n");
-  std::printf("CPU: user and kernel time as %% of elapsed time; application = the process minus the NIC's\n"
-              "progress thread (the library's work for a side that does not poll: ACKs, READ responses).\n\n");
+  std::printf(
+      "CPU: user and kernel time as %% of elapsed time; application = the process minus the NIC's\n"
+      "progress thread (the library's work for a side that does not poll: ACKs, READ responses).\n\n");
 
   std::printf("Ranked by round-trip time (client median):\n");
   for (const Outcome* r : rows)
@@ -113,8 +114,9 @@ void print_table(const Options& o, const std::vector<Outcome>& out, const std::s
   for (const Outcome* r : by_cpu)
     std::printf("  %7s     %-22s server %s\n", pct(r->client.cpu.total()).c_str(), name(r->params.mode),
                 pct(r->server.cpu.total()).c_str());
-  std::printf("\nSeed 000 (InfiniBand QDR, hardware NIC): 8.3 us unsignaled WRITE/READ, 14.3 signaled,\n"
-              "15.7 SEND/RECV busy polling, 21.1 SEND/RECV wait-for-notify; passive server 0%% CPU.\n");
+  std::printf(
+      "\nSeed 000 (InfiniBand QDR, hardware NIC): 8.3 us unsignaled WRITE/READ, 14.3 signaled,\n"
+      "15.7 SEND/RECV busy polling, 21.1 SEND/RECV wait-for-notify; passive server 0%% CPU.\n");
 }
 
 void json_figures(bench::Json& j, const Figures& f) {
@@ -208,8 +210,7 @@ int run_clients(const Options& o, const Endpoint& server, const IpAddr& addr, in
     p.iters = o.iters;
     p.warmup = o.warmup;
     out.push_back(run_client(cfg, p));
-    if (!o.json && !out.back().ok)
-      std::fprintf(stderr, "uroce pingpong: %s: %s\n", name(m), out.back().error.c_str());
+    if (!o.json && !out.back().ok) std::fprintf(stderr, "uroce pingpong: %s: %s\n", name(m), out.back().error.c_str());
   }
   if (o.json)
     print_json(o, out, addr.is_unspecified() ? "" : addr.to_string(), server.addr.to_string(), cpu, server_cpu);
@@ -244,10 +245,21 @@ int run_local(const Options& o) {
   // Pin before any NIC exists: its progress thread inherits the CPU.
   if (Status s = bench::pin_to_cpu(cpus->first); !s.ok()) return fail(s.to_string());
   bench::Child server;
-  std::vector<std::string> args = {"pingpong", "--listen", "--quiet", "--addr", saddr->to_string(),
-                                   "--port", "0", "--udp-port", std::to_string(o.udp_port),
-                                   "--connections", std::to_string(modes->size()), "--ready-fd", "3",
-                                   "--cpu", std::to_string(cpus->second)};
+  std::vector<std::string> args = {"pingpong",
+                                   "--listen",
+                                   "--quiet",
+                                   "--addr",
+                                   saddr->to_string(),
+                                   "--port",
+                                   "0",
+                                   "--udp-port",
+                                   std::to_string(o.udp_port),
+                                   "--connections",
+                                   std::to_string(modes->size()),
+                                   "--ready-fd",
+                                   "3",
+                                   "--cpu",
+                                   std::to_string(cpus->second)};
   if (Status s = server.spawn(args); !s.ok()) return fail("start the server: " + s.to_string());
   auto port = server.wait_ready();
   if (!port.ok()) return fail("the server: " + port.status().to_string());
@@ -287,7 +299,9 @@ Command add_pingpong(CLI::App& root) {
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(uint32_t(1), uint32_t(16) << 20))
       ->capture_default_str();
-  c.app->add_option("--iters", o.iters, "round trips measured per mode")->check(CLI::Range(uint64_t(2), uint64_t(1) << 32))->capture_default_str();
+  c.app->add_option("--iters", o.iters, "round trips measured per mode")
+      ->check(CLI::Range(uint64_t(2), uint64_t(1) << 32))
+      ->capture_default_str();
   c.app->add_option("--warmup", o.warmup, "round trips before measuring")->capture_default_str();
   c.app->add_option("--addr", o.addr,
                     "this side's RDMA device address (default: 127.0.0.1 for --local and --listen; the control "

@@ -105,8 +105,8 @@ Status Agent::setup() {
   if (!qp.ok()) return qp.status();
   qp_ = std::move(*qp);
   // 5. register user virtual memory: the client WRITEs and READs it.
-  const uint32_t acc = is_write_read(p_.mode) ? access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead
-                                              : access::kLocalWrite;
+  const uint32_t acc =
+      is_write_read(p_.mode) ? access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead : access::kLocalWrite;
   auto mr = pd_->reg_mr(buf_->data, buf_->size, acc);
   if (!mr.ok()) return mr.status();
   mr_ = std::move(*mr);
@@ -282,8 +282,8 @@ void agent_main(Context& ctx, int fd, uint64_t n, const ListenerConfig& cfg) {
     return;
   }
   const Figures& f = a.figures();
-  std::printf("agent %" PRIu64 ": %-21s with %s: round trip %s us%s, CPU application %s%%, library progress %s%%\n",
-              n, name(a.params().mode), a.client().to_string().c_str(),
+  std::printf("agent %" PRIu64 ": %-21s with %s: round trip %s us%s, CPU application %s%%, library progress %s%%\n", n,
+              name(a.params().mode), a.client().to_string().c_str(),
               bench::fmt(f.rtt_from_elapsed ? f.rtt_mean : f.rtt_median).c_str(),
               f.rtt_from_elapsed ? " (mean)" : " (median)", bench::fmt(f.cpu.app()).c_str(),
               bench::fmt(f.cpu.progress()).c_str());
@@ -317,8 +317,8 @@ int run_listener(const ListenerConfig& cfg) {
   }
   if (cfg.ready_fd >= 0) bench::report_ready(cfg.ready_fd, std::to_string(port));
   if (!cfg.quiet) {
-    std::printf("uroce pingpong: listening on %s (TCP), RoCEv2 on %s\n",
-                Endpoint{cfg.addr, port}.to_string().c_str(), ctx->local_endpoint().to_string().c_str());
+    std::printf("uroce pingpong: listening on %s (TCP), RoCEv2 on %s\n", Endpoint{cfg.addr, port}.to_string().c_str(),
+                ctx->local_endpoint().to_string().c_str());
     std::fflush(stdout);
   }
   // 6. start of the loop;  7. get a connection request;  8. hand it over to

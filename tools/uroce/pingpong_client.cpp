@@ -23,9 +23,7 @@ uint64_t round64(uint64_t n) { return (n + 63) / 64 * 64; }
 
 // The first bytes of a ping carry its iteration number, so verifying the
 // pong checks this very round trip.
-void stamp(std::byte* p, uint32_t size, uint64_t i) {
-  std::memcpy(p, &i, std::min<size_t>(size, sizeof i));
-}
+void stamp(std::byte* p, uint32_t size, uint64_t i) { std::memcpy(p, &i, std::min<size_t>(size, sizeof i)); }
 
 class Client {
  public:
@@ -188,8 +186,8 @@ Status Client::wait_wr(Waiter& w, WcOpcode op) {
 Status Client::send_ctl(Waiter& w, uint64_t value) {
   std::memcpy(buf_->data + layout_.ctl(), &value, sizeof value);
   Sge sge = mr_->sge(layout_.ctl(), sizeof value);
-  UROCE_TRY(qp_->post_send(SendWr{.wr_id = 3, .opcode = WrOpcode::send, .send_flags = send_flags::kSignaled,
-                                  .sg_list = {&sge, 1}}));
+  UROCE_TRY(qp_->post_send(
+      SendWr{.wr_id = 3, .opcode = WrOpcode::send, .send_flags = send_flags::kSignaled, .sg_list = {&sge, 1}}));
   return wait_wr(w, WcOpcode::send);
 }
 
@@ -245,11 +243,18 @@ Status Client::use_write_read() {
   Waiter w(*cq_, &*channel_, Waiter::How::notify);
   const bool signaled = p_.mode == Mode::write_read_signaled;
   Sge ping = mr_->sge(layout_.ping(), p_.size), pong = mr_->sge(layout_.pong(), p_.size);
-  const SendWr write{.wr_id = 1, .opcode = WrOpcode::rdma_write,
-                     .send_flags = signaled ? send_flags::kSignaled : 0u, .sg_list = {&ping, 1},
-                     .remote_addr = their_addr_, .rkey = their_rkey_};
-  const SendWr read{.wr_id = 2, .opcode = WrOpcode::rdma_read, .send_flags = send_flags::kSignaled,
-                    .sg_list = {&pong, 1}, .remote_addr = their_addr_, .rkey = their_rkey_};
+  const SendWr write{.wr_id = 1,
+                     .opcode = WrOpcode::rdma_write,
+                     .send_flags = signaled ? send_flags::kSignaled : 0u,
+                     .sg_list = {&ping, 1},
+                     .remote_addr = their_addr_,
+                     .rkey = their_rkey_};
+  const SendWr read{.wr_id = 2,
+                    .opcode = WrOpcode::rdma_read,
+                    .send_flags = send_flags::kSignaled,
+                    .sg_list = {&pong, 1},
+                    .remote_addr = their_addr_,
+                    .rkey = their_rkey_};
   std::vector<double> rtt;
   rtt.reserve(p_.iters);
   bench::CpuSample c0;

@@ -30,8 +30,9 @@ enum class Mode : uint8_t {
   tcp,                    // send()/recv() on blocking sockets
   tcp_busy,               // send()/recv() on non-blocking sockets, spinning
 };
-inline constexpr Mode kAllModes[] = {Mode::send_busy, Mode::send_notify, Mode::write_read_signaled,
-                                     Mode::write_read_unsignaled, Mode::tcp, Mode::tcp_busy};
+inline constexpr Mode kAllModes[] = {
+    Mode::send_busy, Mode::send_notify, Mode::write_read_signaled, Mode::write_read_unsignaled,
+    Mode::tcp,       Mode::tcp_busy};
 
 const char* name(Mode m) noexcept;
 std::optional<Mode> parse_mode(std::string_view s) noexcept;
@@ -112,12 +113,12 @@ Outcome run_client(const ClientConfig& cfg, const Params& p);
 // The listener: accepts connections on addr:port and hands each one to an
 // agent thread; serves `connections` of them (0: forever).
 struct ListenerConfig {
-  IpAddr addr;             // TCP address and RDMA device address
-  uint16_t port = 7471;    // TCP port (0: ephemeral)
+  IpAddr addr;           // TCP address and RDMA device address
+  uint16_t port = 7471;  // TCP port (0: ephemeral)
   uint16_t udp_port = 4791;
   uint64_t connections = 0;
-  int ready_fd = -1;       // report "ready <port>" here once listening (--local)
-  bool quiet = false;      // no line per connection
+  int ready_fd = -1;   // report "ready <port>" here once listening (--local)
+  bool quiet = false;  // no line per connection
   int cpu = -1;
 };
 int run_listener(const ListenerConfig& cfg);

@@ -47,7 +47,7 @@ std::string json_str(const std::string& s) {
   return o + "\"";
 }
 
-using Key = std::pair<int, std::string>;  // pid, device
+using Key = std::pair<int, std::string>;                                           // pid, device
 using Prev = std::map<Key, std::pair<std::map<std::string, uint64_t>, uint64_t>>;  // counters, time
 
 void print(const PublishedStats& s, const Options& o, Prev& prev) {
@@ -70,8 +70,10 @@ void print(const PublishedStats& s, const Options& o, Prev& prev) {
   } else {
     const double age = age_s(s.updated_unix_ns);
     std::printf("pid %d  %s  %s", s.pid, s.device.c_str(), s.endpoint.c_str());
-    if (age < 0) std::printf("  (no snapshot yet)");
-    else std::printf("  (as of %.1f s ago)", age);
+    if (age < 0)
+      std::printf("  (no snapshot yet)");
+    else
+      std::printf("  (as of %.1f s ago)", age);
     if (!s.faults.empty()) std::printf("\n  fault injection: %s", s.faults.c_str());
     std::printf("\n");
     int shown = 0;
@@ -103,7 +105,8 @@ int run(const Options& o) {
     }
     if (o.watch > 0 && !o.json) std::printf("%s", round ? "\n" : "");
     if (stats->empty()) {
-      if (o.pid) std::printf("uroce stat: process %d has no uroce device open (or has exited)\n", o.pid);
+      if (o.pid)
+        std::printf("uroce stat: process %d has no uroce device open (or has exited)\n", o.pid);
       else
         std::printf("uroce stat: no uroce device is running (no process of uid %u has published counters)\n",
                     unsigned(::geteuid()));

@@ -1,8 +1,9 @@
 // `uroce version`: what this build is.
+#include "uroce/version.hpp"
+
 #include <cstdio>
 
 #include "commands.hpp"
-#include "uroce/version.hpp"
 
 namespace uroce::cli {
 

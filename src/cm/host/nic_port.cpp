@@ -39,9 +39,11 @@ void NicGsiPort::send(const Endpoint& dst, std::span<const uint8_t> mad) noexcep
 std::unique_ptr<RegistryDirectory> RegistryDirectory::create() {
   std::unique_ptr<RegistryDirectory> d(new RegistryDirectory());
   auto reg = net::HostRegistry::instance();
-  if (reg.ok()) d->reg_ = *reg;
-  else UROCE_LOG(warn, "cm: host registry unavailable (%s): same-host peers are reached at 4791 only",
-                 reg.status().to_string().c_str());
+  if (reg.ok())
+    d->reg_ = *reg;
+  else
+    UROCE_LOG(warn, "cm: host registry unavailable (%s): same-host peers are reached at 4791 only",
+              reg.status().to_string().c_str());
   return d;
 }
 

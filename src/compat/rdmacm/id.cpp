@@ -43,8 +43,7 @@ bool depth(uint8_t asked, uint8_t max, uint8_t fallback, uint8_t& out) {
 
 }  // namespace
 
-int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps,
-              cm::QpType qp_type) {
+int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps, cm::QpType qp_type) {
   Library* l = lib();
   if (!l) return -1;
   if (!id) return fail("rdma_create_id", EINVAL, "no id pointer");
@@ -80,10 +79,8 @@ UROCE_C_API int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, voi
     case RDMA_PS_TCP:
     case RDMA_PS_UDP:
     case RDMA_PS_IB:
-    case RDMA_PS_IPOIB:
-      break;
-    default:
-      return fail("rdma_create_id", EINVAL, "unknown port space");
+    case RDMA_PS_IPOIB: break;
+    default: return fail("rdma_create_id", EINVAL, "unknown port space");
   }
   return create_id(channel, id, context, ps, qp_type_of_ps(ps));
 }
@@ -397,8 +394,7 @@ UROCE_C_API int rdma_set_option(rdma_cm_id* id, int level, int optname, void* op
         if (optlen != sizeof(uint8_t)) return fail("rdma_set_option", EINVAL, "ACK_TIMEOUT is a uint8_t");
         s = cm.set_ack_timeout(c->core, *static_cast<uint8_t*>(optval));
         break;
-      default:
-        return fail("rdma_set_option", ENOSYS, "unknown RDMA_OPTION_ID option");
+      default: return fail("rdma_set_option", ENOSYS, "unknown RDMA_OPTION_ID option");
     }
   } else if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) {
     if (optlen < sizeof(ibv_path_data)) return fail("rdma_set_option", EINVAL, "no ibv_path_data");

@@ -142,12 +142,11 @@ UROCE_C_API int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     cm_of(*lib()).set_qp(c->core, &c->qpctl);
   }
   return 0;
-cq_failed:
-  {
-    const int e = errno;
-    destroy_own_cqs(*c);
-    return fail("rdma_create_qp", e, "cannot create the CQs");
-  }
+cq_failed : {
+  const int e = errno;
+  destroy_own_cqs(*c);
+  return fail("rdma_create_qp", e, "cannot create the CQs");
+}
 }
 
 UROCE_C_API int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
@@ -224,12 +223,12 @@ UROCE_C_API int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, 
   if (res->ai_qp_type == IBV_QPT_XRC_SEND || res->ai_qp_type == IBV_QPT_XRC_RECV ||
       (qp_init_attr && (qp_init_attr->qp_type == IBV_QPT_XRC_SEND || qp_init_attr->qp_type == IBV_QPT_XRC_RECV)))
     return fail("rdma_create_ep", EOPNOTSUPP, "XRC QPs are not supported by uroce");
-  const ibv_qp_type t = res->ai_qp_type == IBV_QPT_UD ? IBV_QPT_UD
+  const ibv_qp_type t = res->ai_qp_type == IBV_QPT_UD   ? IBV_QPT_UD
                         : res->ai_qp_type == IBV_QPT_UC ? IBV_QPT_UC
                                                         : IBV_QPT_RC;
   const cm::QpType ct = t == IBV_QPT_UD ? cm::QpType::ud : t == IBV_QPT_UC ? cm::QpType::uc : cm::QpType::rc;
-  const rdma_port_space ps = res->ai_port_space ? rdma_port_space(res->ai_port_space)
-                                                : (t == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
+  const rdma_port_space ps =
+      res->ai_port_space ? rdma_port_space(res->ai_port_space) : (t == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
   rdma_cm_id* cm_id;
   if (create_id(nullptr, &cm_id, nullptr, ps, ct) != 0) return -1;
   CmId* c = to_cm(cm_id);

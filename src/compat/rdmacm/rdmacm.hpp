@@ -51,7 +51,7 @@ struct CmId;
 
 // One event, as handed to the application.
 struct EventBox {
-  rdma_cm_event ev;  // first: the pointer the application holds
+  rdma_cm_event ev;       // first: the pointer the application holds
   CmId* owner = nullptr;  // whose acknowledgement count it is on
   uint8_t data[256];      // the private data ev.param points at
 };
@@ -128,8 +128,7 @@ int wait_event(CmId& id) noexcept;
 
 // rdma_create_id with an explicit QP type (rdma_create_ep passes the
 // addrinfo's).
-int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps,
-              cm::QpType qp_type);
+int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps, cm::QpType qp_type);
 
 // The id's addressing fields (verbs, route) from the core's view.
 void refresh(CmId& id, const cm::IdView& v, Library& l) noexcept;

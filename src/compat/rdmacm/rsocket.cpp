@@ -63,9 +63,7 @@ UROCE_C_API int rfcntl(int s, int cmd, ...) {
     case F_GETSIG:
     case F_GETLEASE:
     case F_GETPIPE_SZ:
-    case F_GET_SEALS:
-      r = fcntl(s, cmd);
-      break;
+    case F_GET_SEALS: r = fcntl(s, cmd); break;
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
     case F_SETFD:
@@ -75,12 +73,8 @@ UROCE_C_API int rfcntl(int s, int cmd, ...) {
     case F_SETLEASE:
     case F_NOTIFY:
     case F_SETPIPE_SZ:
-    case F_ADD_SEALS:
-      r = fcntl(s, cmd, va_arg(ap, int));
-      break;
-    default:
-      r = fcntl(s, cmd, va_arg(ap, void*));
-      break;
+    case F_ADD_SEALS: r = fcntl(s, cmd, va_arg(ap, int)); break;
+    default: r = fcntl(s, cmd, va_arg(ap, void*)); break;
   }
   va_end(ap);
   return r;

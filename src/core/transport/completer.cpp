@@ -151,8 +151,7 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
     r.gap_hi = psn;
     // Acknowledge what needs no response; for an earlier READ/atomic this
     // goes back to it.
-    if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)))
-      return;
+    if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
     ++nic.counters().req_read_gaps;
     window_on_loss(nic, qp, false);
     go_back(nic, qp, expected);
@@ -170,8 +169,7 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
     return;
   }
   // A READ response acknowledges everything before the READ.
-  if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)))
-    return;
+  if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
   if (!scatter(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, off, pkt.payload)) {
     fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
     return;

@@ -9,29 +9,25 @@
 
 namespace uroce::transport {
 
-#define UROCE_COUNTERS(X)                                                        \
-  X(tx_packets) X(tx_bytes) X(tx_errors) X(rx_packets) X(rx_bytes)               \
-  X(rx_truncated) X(rx_malformed) X(rx_icrc_bad) X(rx_icrc_id_solved)            \
-  X(rx_unknown_qp) X(rx_bad_state) X(rx_foreign_source) X(rx_wrong_service)      \
-  X(rx_cnp) X(req_packets) X(req_retransmits) X(req_timeouts) X(req_retry_exc)   \
+// clang-format off
+#define UROCE_COUNTERS(X) \
+  X(tx_packets) X(tx_bytes) X(tx_errors) X(rx_packets) X(rx_bytes) X(rx_truncated) X(rx_malformed) \
+  X(rx_icrc_bad) X(rx_icrc_id_solved) X(rx_unknown_qp) X(rx_bad_state) X(rx_foreign_source) \
+  X(rx_wrong_service) X(rx_cnp) X(req_packets) X(req_retransmits) X(req_timeouts) X(req_retry_exc) \
   X(req_rnr_retry_exc) X(req_acks_rcvd) X(req_seq_naks_rcvd) X(req_rnr_naks_rcvd) \
-  X(req_err_naks_rcvd) X(req_stale_responses) X(req_read_gaps) X(req_window_cuts)  \
-  X(resp_acks_sent) X(resp_seq_naks_sent) X(resp_rnr_naks_sent)                  \
-  X(resp_access_naks_sent) X(resp_inv_req_naks_sent) X(resp_op_err_naks_sent)    \
-  X(resp_duplicates) X(resp_dup_reads) X(resp_dup_atomics) X(resp_future_psn)    \
-  X(resp_read_packets) X(uc_dropped_messages) X(ud_qkey_drops)                   \
-  X(ud_no_recv_drops) X(ud_len_errors) X(cq_overflows) X(completions)           \
-  X(resp_dup_unmatched) X(resp_rkey_errors) X(resp_pd_errors)                    \
-  X(resp_rights_errors) X(resp_bounds_errors) X(resp_misaligned_atomics)         \
-  X(resp_rd_atomic_limit) X(resp_opcode_seq_errors) X(resp_len_errors)           \
-  X(resp_seq_naks_repeated)                                                      \
-  X(rx_kernel_drops)                                                             \
-  X(fault_tx_dropped) X(fault_tx_duplicated) X(fault_tx_reordered)               \
-  X(fault_tx_delayed) X(fault_tx_corrupted) X(fault_rx_dropped)                  \
-  X(fault_rx_duplicated) X(fault_rx_reordered) X(fault_rx_delayed)               \
-  X(fault_rx_corrupted)                                                          \
-  X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) X(shm_rx_skipped)           \
-  X(doorbells_tx) X(doorbells_rx)
+  X(req_err_naks_rcvd) X(req_stale_responses) X(req_read_gaps) X(req_window_cuts) \
+  X(resp_acks_sent) X(resp_seq_naks_sent) X(resp_rnr_naks_sent) X(resp_access_naks_sent) \
+  X(resp_inv_req_naks_sent) X(resp_op_err_naks_sent) X(resp_duplicates) X(resp_dup_reads) \
+  X(resp_dup_atomics) X(resp_future_psn) X(resp_read_packets) X(uc_dropped_messages) \
+  X(ud_qkey_drops) X(ud_no_recv_drops) X(ud_len_errors) X(cq_overflows) X(completions) \
+  X(resp_dup_unmatched) X(resp_rkey_errors) X(resp_pd_errors) X(resp_rights_errors) \
+  X(resp_bounds_errors) X(resp_misaligned_atomics) X(resp_rd_atomic_limit) \
+  X(resp_opcode_seq_errors) X(resp_len_errors) X(resp_seq_naks_repeated) X(rx_kernel_drops) \
+  X(fault_tx_dropped) X(fault_tx_duplicated) X(fault_tx_reordered) X(fault_tx_delayed) \
+  X(fault_tx_corrupted) X(fault_rx_dropped) X(fault_rx_duplicated) X(fault_rx_reordered) \
+  X(fault_rx_delayed) X(fault_rx_corrupted) X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) \
+  X(shm_rx_skipped) X(doorbells_tx) X(doorbells_rx)
+// clang-format on
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name) uint64_t name = 0;

@@ -5,7 +5,6 @@
 // packets from QP1 (P_Key 0xffff, AckReq set and a PSN counting per NIC, as
 // Linux sends them), through the same transmit batch as everything else.
 #include "transport/nic.hpp"
-
 #include "wire/packet.hpp"
 
 namespace uroce::transport {

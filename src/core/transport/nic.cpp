@@ -85,11 +85,10 @@ Result<std::shared_ptr<Nic>> Nic::get(const NicConfig& cfg) {
         std::optional<FaultConfig> want;
         if (cfg.faults->any()) want = cfg.faults;
         if (want != nic->faults_)
-          return err::busy(cfg.name + ": " + cfg.addr.to_string() +
-                           " is already open in this process " +
-                           (nic->faults_ ? "with the faults " + to_string(*nic->faults_)
-                                         : std::string("without faults")) +
-                           "; the first open of an address sets them");
+          return err::busy(
+              cfg.name + ": " + cfg.addr.to_string() + " is already open in this process " +
+              (nic->faults_ ? "with the faults " + to_string(*nic->faults_) : std::string("without faults")) +
+              "; the first open of an address sets them");
       }
       return nic;
     }
@@ -157,8 +156,10 @@ Status Nic::open_io(const IoFactory* factory) {
     counters_.for_each([&](const char* n, uint64_t) { names.emplace_back(n); });
     auto pub = net::StatsPublisher::create(
         {cfg_.name, local_.to_string(), faults_ ? to_string(*faults_) : std::string()}, names);
-    if (pub.ok()) stats_ = std::move(*pub);
-    else UROCE_LOG(warn, "counters not published: %s", pub.status().to_string().c_str());
+    if (pub.ok())
+      stats_ = std::move(*pub);
+    else
+      UROCE_LOG(warn, "counters not published: %s", pub.status().to_string().c_str());
   }
   if (registry_) {
     Status s = registry_->publish(local_.addr, local_.port);
@@ -192,8 +193,8 @@ Status Nic::attach(verbs::Qp& qp, uint32_t& qpn_out) {
   } else if (next_qp_ <= kQpIndexMask) {
     index = next_qp_++;
   } else {
-    return err::nomem("no free QP number on " + cfg_.name + " (" +
-                      std::to_string(kQpIndexMask - 1) + " QPs per process)");
+    return err::nomem("no free QP number on " + cfg_.name + " (" + std::to_string(kQpIndexMask - 1) +
+                      " QPs per process)");
   }
   uint32_t qpn = (slot_ << kQpIndexBits | index) & kPsnMask;
   if (qpn == 0xffffff) return err::nomem("QP number space exhausted");
@@ -270,14 +271,14 @@ void Nic::publish_stats() noexcept {
   c.for_each([&](const char*, uint64_t v) { vals[n++] = v; });
   stats_->publish(std::span<const uint64_t>(vals, n));
   stats_at_ = now_;
-  stats_mark_ = counters_.rx_packets + counters_.tx_packets + counters_.tx_errors +
-                counters_.completions + counters_.req_timeouts;
+  stats_mark_ = counters_.rx_packets + counters_.tx_packets + counters_.tx_errors + counters_.completions +
+                counters_.req_timeouts;
 }
 
 Clock::time_point Nic::maybe_publish_stats() noexcept {
   if (!stats_) return Clock::time_point::max();
-  const uint64_t mark = counters_.rx_packets + counters_.tx_packets + counters_.tx_errors +
-                        counters_.completions + counters_.req_timeouts;
+  const uint64_t mark = counters_.rx_packets + counters_.tx_packets + counters_.tx_errors + counters_.completions +
+                        counters_.req_timeouts;
   if (mark == stats_mark_) return Clock::time_point::max();  // nothing new
   const Clock::time_point due = stats_at_ + kStatsInterval;
   if (now_ < due) return due;
@@ -410,8 +411,10 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     return;
   }
   if (info.flags & wire::op::kResponse) {
-    if (t == verbs::QpType::rc && st != verbs::QpState::rtr) completer_receive(*this, *qp, pkt);
-    else ++counters_.rx_bad_state;
+    if (t == verbs::QpType::rc && st != verbs::QpState::rtr)
+      completer_receive(*this, *qp, pkt);
+    else
+      ++counters_.rx_bad_state;
   } else {
     responder_receive(*this, *qp, pkt);
   }

@@ -15,10 +15,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
-#include <map>
-#include <functional>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,7 +47,7 @@ struct Packet;
 namespace uroce::net {
 class HostRegistry;
 class StatsPublisher;
-}
+}  // namespace uroce::net
 
 namespace uroce::transport {
 
@@ -56,7 +56,7 @@ struct NicConfig {
   IpAddr addr;
   uint16_t port = 4791;
   bool port_fallback = true;
-  uint32_t mtu = 4096;        // active MTU, bytes
+  uint32_t mtu = 4096;  // active MTU, bytes
   // Fault injection on this NIC's packets (net/fault_io.hpp); without it,
   // UROCE_FAULTS decides.
   std::optional<FaultConfig> faults;
@@ -94,7 +94,7 @@ class Nic {
 
   // QPN allocation (unique on the host: registry slot << 14 | index).
   Status attach(verbs::Qp& qp, uint32_t& qpn_out);
-  void detach(verbs::Qp& qp) noexcept;  // NIC lock held
+  void detach(verbs::Qp& qp) noexcept;        // NIC lock held
   void detach_lists(verbs::Qp& qp) noexcept;  // off the transmit/ACK lists
   verbs::Qp* find_qp(uint32_t qpn) const noexcept;
 
@@ -113,7 +113,7 @@ class Nic {
   // Receives one batch and processes it; returns the packets handled.
   size_t poll_rx() noexcept;
   void arm_timer(verbs::Qp& qp, Clock::time_point when) noexcept;
-  void cq_notify(verbs::Cq& cq) noexcept;     // an armed CQ got its completion
+  void cq_notify(verbs::Cq& cq) noexcept;  // an armed CQ got its completion
   TxBatch& tx() noexcept { return tx_; }
   void flush_tx() noexcept { tx_.flush(*io_, counters_); }
   Clock::time_point now() const noexcept { return now_; }
@@ -158,8 +158,7 @@ class Nic {
     uint64_t system_us = 0;
   };
   ThreadCpu progress_cpu() const noexcept {
-    return {thread_user_us_.load(std::memory_order_relaxed),
-            thread_sys_us_.load(std::memory_order_relaxed)};
+    return {thread_user_us_.load(std::memory_order_relaxed), thread_sys_us_.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -200,8 +199,8 @@ class Nic {
   std::vector<uint32_t> free_qp_;
   uint32_t next_qp_ = 2;  // indexes 0 and 1 are never used (QP0, QP1)
 
-  std::deque<verbs::Qp*> ready_;   // QPs with packets to send
-  std::vector<verbs::Qp*> lazy_;   // QPs with only an ACK to send
+  std::deque<verbs::Qp*> ready_;  // QPs with packets to send
+  std::vector<verbs::Qp*> lazy_;  // QPs with only an ACK to send
   struct Timer {
     Clock::time_point when;
     uint32_t qpn;
@@ -218,9 +217,9 @@ class Nic {
   std::atomic<bool> stop_{false};
   int epfd_ = -1;
   int kick_fd_ = -1;
-  std::atomic<uint64_t> app_activity_{0};  // bumped by every application-driven poll
-  std::atomic<int64_t> app_last_poll_ns_{0};  // Clock time of the last one
-  std::atomic<int> app_waiting_{0};        // application threads sleeping in the socket
+  std::atomic<uint64_t> app_activity_{0};       // bumped by every application-driven poll
+  std::atomic<int64_t> app_last_poll_ns_{0};    // Clock time of the last one
+  std::atomic<int> app_waiting_{0};             // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };

@@ -1,12 +1,12 @@
 // Who runs the protocol, and when (see nic.hpp for the model).
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 
 #include "common/log.hpp"
@@ -124,7 +124,8 @@ void Nic::progress_thread_main() noexcept {
       seen = cur;
       const bool waiting = app_waiting_.load(std::memory_order_acquire) > 0;
       app_active = polled || waiting;
-      const bool slow_poller = polled && !waiting &&
+      const bool slow_poller =
+          polled && !waiting &&
           now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed) > kPollerIdleNs;
       // A packet that woke us is served even if the application polled a
       // while ago (it would otherwise wait a tick); one sleeping in the
@@ -153,8 +154,7 @@ void Nic::progress_thread_main() noexcept {
       // over when it stops).  One asleep in the socket serves it itself and
       // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
       sleep_until = polled ? (now_ + std::chrono::nanoseconds(tick_ns)).time_since_epoch().count() : INT64_MAX;
-      if (!timers_.empty())
-        sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
+      if (!timers_.empty()) sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
       if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
         sleep_until = std::min<int64_t>(sleep_until, pub.time_since_epoch().count());
@@ -178,10 +178,8 @@ void Nic::progress_thread_main() noexcept {
     }
     rusage ru;
     if (::getrusage(RUSAGE_THREAD, &ru) == 0) {
-      thread_user_us_.store(uint64_t(ru.ru_utime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec,
-                            std::memory_order_relaxed);
-      thread_sys_us_.store(uint64_t(ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_stime.tv_usec,
-                           std::memory_order_relaxed);
+      thread_user_us_.store(uint64_t(ru.ru_utime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec, std::memory_order_relaxed);
+      thread_sys_us_.store(uint64_t(ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_stime.tv_usec, std::memory_order_relaxed);
     }
     epoll_event evs[2];
     const bool in_socket = armed;  // sleeping in the socket: say so to the I/O

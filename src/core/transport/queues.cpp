@@ -2,15 +2,15 @@
 
 namespace uroce::transport {
 
-Status post_recv_wrs(WorkQueue<RecvWqe>& q, std::span<const verbs::RecvWr> wrs, size_t* bad,
-                     const char* queue_name, const char* sge_limit) {
+Status post_recv_wrs(WorkQueue<RecvWqe>& q, std::span<const verbs::RecvWr> wrs, size_t* bad, const char* queue_name,
+                     const char* sge_limit) {
   size_t i = 0;
   Status result;
   for (; i < wrs.size(); ++i) {
     const verbs::RecvWr& wr = wrs[i];
     if (wr.sg_list.size() > q.max_sge()) {
-      result = err::inval("num_sge " + std::to_string(wr.sg_list.size()) + " above " + sge_limit +
-                          " " + std::to_string(q.max_sge()));
+      result = err::inval("num_sge " + std::to_string(wr.sg_list.size()) + " above " + sge_limit + " " +
+                          std::to_string(q.max_sge()));
       break;
     }
     if (q.full()) {

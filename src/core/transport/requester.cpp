@@ -6,9 +6,10 @@
 // segments of at most a window so the responses never flood the receiver.
 // Going back (retransmission) replays the same PSNs from the WQE that holds
 // the oldest unacknowledged one.
+#include "transport/requester.hpp"
+
 #include "common/log.hpp"
 #include "transport/protocol.hpp"
-#include "transport/requester.hpp"
 #include "transport/sge.hpp"
 #include "verbs/cq.hpp"
 #include "wire/opcode.hpp"
@@ -30,15 +31,23 @@ uint8_t data_opcode(bool uc, WrOpcode op, bool first, bool last) noexcept {
   const bool inv = op == WrOpcode::send_with_inv;
   uint8_t o;
   if (write) {
-    if (first && last) o = imm ? 0x0b : 0x0a;
-    else if (first) o = 0x06;
-    else if (last) o = imm ? 0x09 : 0x08;
-    else o = 0x07;
+    if (first && last)
+      o = imm ? 0x0b : 0x0a;
+    else if (first)
+      o = 0x06;
+    else if (last)
+      o = imm ? 0x09 : 0x08;
+    else
+      o = 0x07;
   } else {
-    if (first && last) o = inv ? 0x17 : imm ? 0x05 : 0x04;
-    else if (first) o = 0x00;
-    else if (last) o = inv ? 0x16 : imm ? 0x03 : 0x02;
-    else o = 0x01;
+    if (first && last)
+      o = inv ? 0x17 : imm ? 0x05 : 0x04;
+    else if (first)
+      o = 0x00;
+    else if (last)
+      o = inv ? 0x16 : imm ? 0x03 : 0x02;
+    else
+      o = 0x01;
   }
   return uint8_t(base | o);
 }
@@ -62,8 +71,7 @@ bool start_wqe(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
   RequesterState& r = qp.req_;
   const bool rc = qp.type() == verbs::QpType::rc;
   if (rc && (w.flags & verbs::send_flags::kFence) && r.rd_atomic > 0) return false;
-  if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr_.max_rd_atomic))
-    return false;
+  if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr_.max_rd_atomic)) return false;
   if (!w.is_inline) {
     uint32_t need = is_rd_atomic(w.opcode) ? verbs::access::kLocalWrite : 0;
     std::span<const verbs::Sge> sges(qp.sq_.sges(idx), w.num_sge);
@@ -86,8 +94,10 @@ bool start_wqe(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
 void count_packet(Nic& nic, verbs::Qp& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
   ++nic.counters().req_packets;
   RequesterState& r = qp.req_;
-  if (psn_before(psn, r.sent_hwm)) ++nic.counters().req_retransmits;
-  else r.sent_hwm = psn_add(psn, npsn);
+  if (psn_before(psn, r.sent_hwm))
+    ++nic.counters().req_retransmits;
+  else
+    r.sent_hwm = psn_add(psn, npsn);
 }
 
 // Emits the next packet of a SEND/WRITE (RC or UC).  Returns false when the
@@ -164,8 +174,7 @@ bool emit_read(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
 
 void emit_atomic(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
   const bool cas = w.opcode == WrOpcode::atomic_cmp_and_swp;
-  wire::Headers h = base_headers(
-      qp, uint8_t(cas ? Opcode::rc_compare_swap : Opcode::rc_fetch_add), w.first_psn);
+  wire::Headers h = base_headers(qp, uint8_t(cas ? Opcode::rc_compare_swap : Opcode::rc_fetch_add), w.first_psn);
   h.bth.ack_req = true;
   h.atomic.va = w.remote_addr;
   h.atomic.rkey = w.rkey;

@@ -6,12 +6,13 @@
 // twice).  Every remote access is checked (rkey, PD, QP and MR access
 // rights, bounds) before a byte moves.  UC: no ACKs or NAKs; a message with a
 // PSN gap or an error is dropped whole, later messages still arrive.
+#include "transport/responder.hpp"
+
 #include <cstring>
 
 #include "common/log.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
-#include "transport/responder.hpp"
 #include "transport/psn.hpp"
 #include "transport/sge.hpp"
 #include "verbs/context.hpp"
@@ -58,8 +59,10 @@ void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn, bool lazy) noexcept {
   // reply first), or for the next idle poll.  Any other ACK, or one for more
   // packets (a stream: the sender's window would stall), leaves with this
   // receive batch.
-  if (++s.acks_owed >= 2 || !lazy) nic.schedule(qp);
-  else nic.schedule_ack(qp);
+  if (++s.acks_owed >= 2 || !lazy)
+    nic.schedule(qp);
+  else
+    nic.schedule_ack(qp);
 }
 
 void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
@@ -73,13 +76,15 @@ void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_
   s.nak_seq_sent = true;
   s.nak_hi = psn;
   Counters& c = nic.counters();
-  if (type == wire::AckType::rnr_nak) ++c.resp_rnr_naks_sent;
-  else switch (NakCode(value)) {
-    case NakCode::psn_sequence_error: ++c.resp_seq_naks_sent; break;
-    case NakCode::remote_access_error: ++c.resp_access_naks_sent; break;
-    case NakCode::invalid_request: ++c.resp_inv_req_naks_sent; break;
-    default: ++c.resp_op_err_naks_sent; break;
-  }
+  if (type == wire::AckType::rnr_nak)
+    ++c.resp_rnr_naks_sent;
+  else
+    switch (NakCode(value)) {
+      case NakCode::psn_sequence_error: ++c.resp_seq_naks_sent; break;
+      case NakCode::remote_access_error: ++c.resp_access_naks_sent; break;
+      case NakCode::invalid_request: ++c.resp_inv_req_naks_sent; break;
+      default: ++c.resp_op_err_naks_sent; break;
+    }
   nic.schedule(qp);  // NAKs are never delayed
 }
 
@@ -127,8 +132,8 @@ void abandon_message(ResponderState& s) noexcept {
   s.in_send = s.in_write = false;
 }
 
-void complete_recv(verbs::Qp& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len,
-                   uint32_t flags, uint32_t imm, bool solicited) noexcept {
+void complete_recv(verbs::Qp& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len, uint32_t flags,
+                   uint32_t imm, bool solicited) noexcept {
   verbs::Wc wc;
   wc.wr_id = qp.resp_.recv.wr_id;
   wc.status = status;
@@ -189,7 +194,6 @@ uint8_t* responder_remote_ptr(Nic& nic, const verbs::Qp& qp, uint32_t rkey, uint
   return p;
 }
 
-
 namespace {
 
 RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
@@ -238,14 +242,12 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
       wcf = verbs::wc_flags::kWithInv;
       imm = pkt.hdr.ieth;
     }
-    complete_recv(qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm,
-                  pkt.hdr.bth.solicited);
+    complete_recv(qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm, pkt.hdr.bth.solicited);
     s.in_send = false;
     s.msn = psn_add(s.msn, 1);
   }
   s.epsn = psn_add(psn, 1);
-  if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req)
-    queue_ack(nic, qp, psn, (flags & op::kLast) != 0);
+  if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, (flags & op::kLast) != 0);
 }
 
 void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
@@ -444,9 +446,7 @@ void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   ++nic.counters().resp_dup_unmatched;
 }
 
-bool starts_message(uint32_t flags) noexcept {
-  return (flags & op::kFirst) || (flags & (op::kRead | op::kAtomic));
-}
+bool starts_message(uint32_t flags) noexcept { return (flags & op::kFirst) || (flags & (op::kRead | op::kAtomic)); }
 
 }  // namespace
 
@@ -486,8 +486,7 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
     if (psn != s.epsn) {
       // A message in progress is lost, and so is one whose first packet
       // went missing (its tail is about to be discarded).
-      if (s.in_send || s.in_write || (!s.uc_drop && !(flags & op::kFirst)))
-        ++nic.counters().uc_dropped_messages;
+      if (s.in_send || s.in_write || (!s.uc_drop && !(flags & op::kFirst))) ++nic.counters().uc_dropped_messages;
       abandon_message(s);
       s.uc_drop = true;
     }
@@ -500,19 +499,23 @@ void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcep
     }
   }
   // Opcode sequence (IBA 9.7.5.1.4? C9-??): a message in progress continues.
-  const bool cont_ok = s.in_send ? ((flags & op::kSend) && !(flags & op::kFirst))
-                     : s.in_write ? ((flags & op::kWrite) && !(flags & op::kFirst))
-                                  : starts_message(flags);
+  const bool cont_ok = s.in_send    ? ((flags & op::kSend) && !(flags & op::kFirst))
+                       : s.in_write ? ((flags & op::kWrite) && !(flags & op::kFirst))
+                                    : starts_message(flags);
   if (!cont_ok) {
     ++nic.counters().resp_opcode_seq_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     if (qp.type() == verbs::QpType::uc) s.epsn = psn_add(psn, 1);
     return;
   }
-  if (flags & op::kSend) on_send(nic, qp, pkt);
-  else if (flags & op::kWrite) on_write(nic, qp, pkt);
-  else if (flags & op::kRead) on_read(nic, qp, pkt);
-  else if (flags & op::kAtomic) on_atomic(nic, qp, pkt);
+  if (flags & op::kSend)
+    on_send(nic, qp, pkt);
+  else if (flags & op::kWrite)
+    on_write(nic, qp, pkt);
+  else if (flags & op::kRead)
+    on_read(nic, qp, pkt);
+  else if (flags & op::kAtomic)
+    on_atomic(nic, qp, pkt);
 }
 
 }  // namespace uroce::transport

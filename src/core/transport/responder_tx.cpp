@@ -47,9 +47,9 @@ bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
   const bool last = r.resp_left <= qp.mtu_;
   using wire::Opcode;
   h.bth.opcode = uint8_t(first && last ? Opcode::rc_read_response_only
-                         : first      ? Opcode::rc_read_response_first
-                         : last       ? Opcode::rc_read_response_last
-                                      : Opcode::rc_read_response_middle);
+                         : first       ? Opcode::rc_read_response_first
+                         : last        ? Opcode::rc_read_response_last
+                                       : Opcode::rc_read_response_middle);
   h.bth.psn = r.resp_psn;
   std::span<const uint8_t> body;
   if (len) {

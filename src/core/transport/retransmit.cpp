@@ -19,10 +19,9 @@ std::chrono::nanoseconds retransmit_interval(uint8_t timeout) noexcept {
 
 std::chrono::nanoseconds rnr_delay(uint8_t timer) noexcept {
   // IBA table 45, in units of 10 us; entry 0 is 655.36 ms.
-  static constexpr uint32_t k10us[32] = {65536, 1,    2,    3,    4,    6,    8,    12,
-                                         16,    24,   32,   48,   64,   96,   128,  192,
-                                         256,   384,  512,  768,  1024, 1536, 2048, 3072,
-                                         4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  static constexpr uint32_t k10us[32] = {65536, 1,    2,    3,    4,    6,     8,     12,    16,    24,   32,
+                                         48,    64,   96,   128,  192,  256,   384,   512,   768,   1024, 1536,
+                                         2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
   return std::chrono::microseconds(10ll * k10us[timer & 31]);
 }
 
@@ -75,11 +74,9 @@ void retire(Nic& nic, verbs::Qp& qp) noexcept {
     if (w.signaled || w.status != verbs::WcStatus::success) qp.complete_send_locked(w, w.status);
     sq.pop();
   }
-  if (qp.state() == verbs::QpState::sqd && !qp.req_.drained_notified &&
-      (sq.empty() || !sq.at(sq.head()).assigned)) {
+  if (qp.state() == verbs::QpState::sqd && !qp.req_.drained_notified && (sq.empty() || !sq.at(sq.head()).assigned)) {
     qp.req_.drained_notified = true;
-    if (qp.attr_.en_sqd_async_notify)
-      qp.pd().context().post_async_event({verbs::AsyncEventType::sq_drained, &qp});
+    if (qp.attr_.en_sqd_async_notify) qp.pd().context().post_async_event({verbs::AsyncEventType::sq_drained, &qp});
   }
   (void)nic;
 }
@@ -140,15 +137,16 @@ void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept {
     if (r.retry_left == 0) {
       ++nic.counters().req_retry_exc;
       uint32_t idx;
-      if (find_wqe(qp, r.una_psn, idx)) fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
-      else qp.set_error_state();
+      if (find_wqe(qp, r.una_psn, idx))
+        fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
+      else
+        qp.set_error_state();
       r.timer_armed = false;
       return;
     }
     --r.retry_left;
   }
-  UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(),
-            r.una_psn, r.retry_left);
+  UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(), r.una_psn, r.retry_left);
   window_on_loss(nic, qp, true);
   go_back(nic, qp, r.una_psn);
   r.deadline = now + retransmit_interval(qp.attr_.timeout);

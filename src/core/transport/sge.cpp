@@ -7,8 +7,7 @@
 namespace uroce::transport {
 namespace {
 
-uint8_t* resolve(const verbs::Pd& pd, const verbs::Sge& sge, uint32_t off, uint32_t len,
-                 uint32_t need) noexcept {
+uint8_t* resolve(const verbs::Pd& pd, const verbs::Sge& sge, uint32_t off, uint32_t len, uint32_t need) noexcept {
   const verbs::Mr* mr = verbs::MrTable::instance().lookup(sge.lkey, verbs::KeyKind::local);
   if (!mr || mr->pd() != &pd) return nullptr;
   return mr->translate(sge.addr + off, len, need);
@@ -35,9 +34,8 @@ bool scatter(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t off
   return done == data.size();
 }
 
-std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge> sges,
-                                uint32_t offset, uint32_t len, uint8_t* scratch,
-                                bool& ok) noexcept {
+std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t offset, uint32_t len,
+                                uint8_t* scratch, bool& ok) noexcept {
   ok = true;
   if (len == 0) return {};
   size_t i = 0;

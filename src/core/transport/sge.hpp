@@ -23,9 +23,8 @@ bool scatter(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t off
 // Returns `len` bytes of the message at `offset`: a view of application
 // memory when one SGE holds them all, else gathered into `scratch`.  Empty
 // span with ok=false if a check fails.
-std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge> sges,
-                                uint32_t offset, uint32_t len, uint8_t* scratch,
-                                bool& ok) noexcept;
+std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t offset, uint32_t len,
+                                uint8_t* scratch, bool& ok) noexcept;
 
 // Checks every SGE of a list once (key, PD, bounds, `need` access).
 bool check_sges(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t need) noexcept;

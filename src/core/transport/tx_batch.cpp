@@ -11,8 +11,8 @@ TxBatch::TxBatch() {
   for (auto& s : slots_) s.bounce = std::make_unique<uint8_t[]>(kBounce);
 }
 
-void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h,
-                  std::span<const uint8_t> body, uint8_t tos) noexcept {
+void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h, std::span<const uint8_t> body,
+                  uint8_t tos) noexcept {
   Slot& s = slots_[n_];
   const uint8_t pad = wire::pad_for(body.size());
   h.bth.pad = pad;
@@ -23,9 +23,8 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   // A lone ACK goes as its own datagram: a two-packet train (a reply and its
   // ACK) costs more than two datagrams in one sendmmsg (measured on lo).
   const bool ack = h.bth.opcode == uint8_t(wire::Opcode::rc_ack);
-  const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ &&
-                    udp_len <= train_seg_ && train_bytes_ + udp_len <= 65000 &&
-                    pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
+  const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ && udp_len <= train_seg_ &&
+                    train_bytes_ + udp_len <= 65000 && pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
   wire::IpUdpFields seg_ip = ip;
   if (join) {
     seg_ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
@@ -45,9 +44,9 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   std::memset(s.tail, 0, pad);
   crc.update(std::span<const uint8_t>(s.tail, pad));
   wire::put_icrc(crc.value(), s.tail + pad);
-  pkts_[n_] = net::TxPacket{dst, std::span<const uint8_t>(s.head, hlen), body,
-                            std::span<const uint8_t>(s.tail, pad + wire::kIcrcLen), tos,
-                            uint16_t(join ? 0 : 1)};
+  pkts_[n_] = net::TxPacket{dst,  std::span<const uint8_t>(s.head, hlen),
+                            body, std::span<const uint8_t>(s.tail, pad + wire::kIcrcLen),
+                            tos,  uint16_t(join ? 0 : 1)};
   ++n_;
 }
 

@@ -68,8 +68,7 @@ void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxP
     v.ttl = raw.ttl;
     uint8_t grh[wire::kGrhLen];
     wire::write_grh(f, v, raw.data.size(), std::span<uint8_t, wire::kGrhLen>(grh));
-    if (!scatter(qp.pd(), s.recv_sges, 0, grh) ||
-        !scatter(qp.pd(), s.recv_sges, wire::kGrhLen, pkt.payload))
+    if (!scatter(qp.pd(), s.recv_sges, 0, grh) || !scatter(qp.pd(), s.recv_sges, wire::kGrhLen, pkt.payload))
       wc.status = verbs::WcStatus::loc_prot_err;
   }
   qp.init_attr().recv_cq->push(wc, pkt.hdr.bth.solicited || wc.status != verbs::WcStatus::success);

@@ -27,8 +27,7 @@ namespace {
 // fault cannot interrupt a sleep.
 bool restart_after_signal() noexcept {
   for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS)
-      continue;
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS) continue;
     struct sigaction sa;
     if (sigaction(sig, nullptr, &sa) != 0) continue;
     const bool handler = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr

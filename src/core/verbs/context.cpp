@@ -30,8 +30,7 @@ uint32_t interface_mtu(const IpAddr& addr) {
   };
   const char* name = nullptr;
   for (ifaddrs* i = ifs; i && !name; i = i->ifa_next) {
-    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
-      continue;
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
     auto ep = Endpoint::from_sockaddr(i->ifa_addr, sa_len(i->ifa_addr));
     if (!ep) continue;
     if (ep->addr == addr) {
@@ -94,8 +93,8 @@ uint64_t node_guid(const DeviceConfig& cfg) noexcept {
   if (cfg.gids.empty()) return 0;
   // A stable GUID from the address: 02:00:00 (locally administered) + low bytes.
   const auto& b = cfg.gids[0].bytes();
-  return 0x0200000000000000ull | uint64_t(b[12]) << 24 | uint64_t(b[13]) << 16 |
-         uint64_t(b[14]) << 8 | b[15] | uint64_t(cfg.udp_port) << 32;
+  return 0x0200000000000000ull | uint64_t(b[12]) << 24 | uint64_t(b[13]) << 16 | uint64_t(b[14]) << 8 | b[15] |
+         uint64_t(cfg.udp_port) << 32;
 }
 
 Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
@@ -104,8 +103,7 @@ Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   if (c.mtu == 0 && c.io_factory) c.mtu = 4096;
   if (c.mtu == 0) {
     const uint32_t ifm = interface_mtu(c.gids[0]);
-    if (ifm == 0)
-      return err::from_errno(EADDRNOTAVAIL, c.gids[0].to_string() + " is not an address of this host");
+    if (ifm == 0) return err::from_errno(EADDRNOTAVAIL, c.gids[0].to_string() + " is not an address of this host");
     c.mtu = roce_mtu(ifm);
   }
   transport::NicConfig nc;
@@ -175,8 +173,7 @@ void Context::forget_async_events(const void* element) noexcept {
 
 Result<AsyncEvent> Context::get_async_event() {
   uint64_t v;
-  if (::read(async_fd_, &v, sizeof v) != sizeof v)
-    return err::from_errno(errno, "no async event");
+  if (::read(async_fd_, &v, sizeof v) != sizeof v) return err::from_errno(errno, "no async event");
   std::lock_guard g(async_mu_);
   if (async_.empty()) return err::again("no async event");
   AsyncEvent ev = async_.front();

@@ -26,9 +26,9 @@ namespace uroce::verbs {
 // What a device is: its name and the address(es) it serves.
 struct DeviceConfig {
   std::string name = "uroce0";
-  std::vector<IpAddr> gids;   // GID table; gids[0] is the address the NIC binds
+  std::vector<IpAddr> gids;  // GID table; gids[0] is the address the NIC binds
   uint16_t udp_port = 4791;
-  uint32_t mtu = 0;           // 0: derive from the interface MTU
+  uint32_t mtu = 0;  // 0: derive from the interface MTU
   // Fault injection on the device's packets (include/uroce/faults.hpp).
   // Unset: UROCE_FAULTS decides; set (even to no faults): this does.
   std::optional<FaultConfig> faults;
@@ -65,7 +65,7 @@ class Context {
 
   // Async events: a pollable fd and a queue.
   int async_fd() const noexcept { return async_fd_; }
-  Result<AsyncEvent> get_async_event();   // blocks unless async_fd() is O_NONBLOCK
+  Result<AsyncEvent> get_async_event();  // blocks unless async_fd() is O_NONBLOCK
   void post_async_event(const AsyncEvent& ev) noexcept;
   // Drops queued events about an object being destroyed.
   void forget_async_events(const void* element) noexcept;

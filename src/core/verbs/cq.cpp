@@ -9,12 +9,10 @@ namespace uroce::verbs {
 Cq::Cq(Context& ctx, uint32_t depth, CompChannel* channel, void* user_context)
     : ctx_(&ctx), channel_(channel), user_context_(user_context), depth_(depth), ring_(depth) {}
 
-Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* channel,
-                                       void* user_context) {
+Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* channel, void* user_context) {
   if (cqe < 1 || cqe > kMaxCqe)
     return err::inval("cqe " + std::to_string(cqe) + " not in 1.." + std::to_string(kMaxCqe));
-  if (channel && &channel->context() != &ctx)
-    return err::inval("completion channel belongs to another device context");
+  if (channel && &channel->context() != &ctx) return err::inval("completion channel belongs to another device context");
   std::unique_ptr<Cq> cq(new Cq(ctx, cqe, channel, user_context));
   if (channel) channel->users()++;
   return cq;
@@ -43,8 +41,10 @@ int Cq::pop_locked(std::span<Wc> out) noexcept {
 Result<int> Cq::poll(std::span<Wc> out) {
   transport::Nic& n = nic();
   std::lock_guard g(n.mu());
-  if (count_ == 0) n.drive();
-  else n.pump();  // posts waiting for a doorbell (Qp::post_send) leave now
+  if (count_ == 0)
+    n.drive();
+  else
+    n.pump();  // posts waiting for a doorbell (Qp::post_send) leave now
   const int got = pop_locked(out);
   if (got == 0 && overflow_) return err::from_errno(EOVERFLOW, "completion queue overflowed");
   return got;
@@ -53,8 +53,10 @@ Result<int> Cq::poll(std::span<Wc> out) {
 Status Cq::req_notify(bool solicited_only) {
   std::lock_guard g(nic().mu());
   if (!channel_) return err::inval("CQ has no completion channel");
-  if (!solicited_only) arm_ = Arm::next;
-  else if (arm_ == Arm::none) arm_ = Arm::solicited;
+  if (!solicited_only)
+    arm_ = Arm::next;
+  else if (arm_ == Arm::none)
+    arm_ = Arm::solicited;
   return {};
 }
 

@@ -50,8 +50,8 @@ uint32_t KeyCipher::unpermute(uint32_t x) const noexcept {
 }
 
 uint32_t KeyCipher::encode(const KeyFields& f) const noexcept {
-  uint32_t plain = (f.slot & (kMaxSlots - 1)) << 22 | (f.index & (kMaxIndex - 1)) << 6 |
-                   (f.gen & kGenMask) << 1 | uint32_t(f.kind);
+  uint32_t plain =
+      (f.slot & (kMaxSlots - 1)) << 22 | (f.index & (kMaxIndex - 1)) << 6 | (f.gen & kGenMask) << 1 | uint32_t(f.kind);
   return permute(plain);
 }
 

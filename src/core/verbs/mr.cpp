@@ -57,12 +57,10 @@ bool Mr::odp_fault_in(const uint8_t* p, uint64_t len, uint32_t need) noexcept {
   if (end < a) return false;
   if (!populate_supported()) return range_mapped(a, len);  // no protection check before 5.14
   const bool write = need & (access::kLocalWrite | access::kRemoteWrite | access::kRemoteAtomic);
-  return madvise(reinterpret_cast<void*>(start), end - start,
-                 write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
+  return madvise(reinterpret_cast<void*>(start), end - start, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
 }
 
-Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
-                                    uint32_t access) {
+Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
   auto mr = MrTable::instance().reg(pd, addr, length, iova, access);
   if (mr.ok()) pd.users()++;
   return mr;
@@ -112,17 +110,14 @@ MrTable& MrTable::instance() {
   return *table;
 }
 
-MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret)
-    : slot_(slot), cipher_(secret) {}
+MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret) : slot_(slot), cipher_(secret) {}
 
 Status MrTable::check_region(uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
-  if (access & ~access::kKnown)
-    return err::inval("access flags 0x" + std::to_string(access) + " hold unknown bits");
+  if (access & ~access::kKnown) return err::inval("access flags 0x" + std::to_string(access) + " hold unknown bits");
   // IB spec: remote write/atomic access requires local write.
   if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
     return err::inval("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE as well");
-  if (addr + length < addr || iova + length < iova)
-    return err::inval("memory region wraps around the address space");
+  if (addr + length < addr || iova + length < iova) return err::inval("memory region wraps around the address space");
   if (!(access & access::kOnDemand) && !range_mapped(addr, length))
     return err::from_errno(EFAULT, "memory region is not mapped in this process");
   return {};

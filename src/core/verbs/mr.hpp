@@ -26,8 +26,7 @@ class Mr {
  public:
   // Registers [addr, addr+length) of this process; peers address it as
   // [iova, iova+length).  The region leaves every lookup when destroyed.
-  static Result<std::unique_ptr<Mr>> reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
-                                         uint32_t access);
+  static Result<std::unique_ptr<Mr>> reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access);
   ~Mr();
   Mr(const Mr&) = delete;
   // ibv_rereg_mr: the region now covers [addr, addr+length) of `pd` with
@@ -38,9 +37,9 @@ class Mr {
   Mr& operator=(const Mr&) = delete;
 
   Pd* pd() const noexcept { return pd_; }
-  uint64_t addr() const noexcept { return addr_; }      // process virtual address
+  uint64_t addr() const noexcept { return addr_; }  // process virtual address
   uint64_t length() const noexcept { return length_; }
-  uint64_t iova() const noexcept { return iova_; }      // address peers use (RETH VA)
+  uint64_t iova() const noexcept { return iova_; }  // address peers use (RETH VA)
   uint32_t access() const noexcept { return access_; }
   uint32_t lkey() const noexcept { return lkey_; }
   uint32_t rkey() const noexcept { return rkey_; }
@@ -80,8 +79,7 @@ class MrTable {
   // Registers [addr, addr+length) with the given access; iova is the address
   // peers will use.  Fails with EINVAL on bad flags, EFAULT if the range is
   // not mapped (unless on-demand), ENOMEM when the table is full.
-  Result<std::unique_ptr<Mr>> reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova,
-                                  uint32_t access);
+  Result<std::unique_ptr<Mr>> reg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access);
   // Removes the MR from lookups.  The caller must hold the lock of the NIC
   // the MR's PD belongs to, so no packet is using it.
   void dereg(Mr& mr) noexcept;
@@ -108,9 +106,9 @@ class MrTable {
   uint32_t slot_;
   KeyCipher cipher_;
   std::array<std::atomic<Entry*>, kMaxMrs / kChunk> chunks_{};
-  std::mutex mu_;                 // allocation of indices
-  std::vector<uint32_t> free_;    // freed indices, reused oldest first once no fresh one is left
-  uint32_t next_index_ = 1;       // index 0 is never used
+  std::mutex mu_;               // allocation of indices
+  std::vector<uint32_t> free_;  // freed indices, reused oldest first once no fresh one is left
+  uint32_t next_index_ = 1;     // index 0 is never used
   size_t live_ = 0;
 };
 

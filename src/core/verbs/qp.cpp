@@ -36,8 +36,7 @@ Result<std::unique_ptr<Qp>> Qp::create(Pd& pd, const QpInitAttr& in) {
     return err::inval("max_send_wr/max_recv_wr above " + std::to_string(kMaxWr));
   if (cap.max_send_sge > kMaxSge || (!init.srq && cap.max_recv_sge > kMaxSge))
     return err::inval("max_send_sge/max_recv_sge above " + std::to_string(kMaxSge));
-  if (cap.max_inline_data > kMaxInline)
-    return err::inval("max_inline_data above " + std::to_string(kMaxInline));
+  if (cap.max_inline_data > kMaxInline) return err::inval("max_inline_data above " + std::to_string(kMaxInline));
   if (init.srq) cap.max_recv_wr = cap.max_recv_sge = 0;
   // Report what we really provide: at least one SGE, and inline room for
   // small messages even when none was asked for (it costs us nothing).
@@ -91,8 +90,8 @@ Status Qp::modify(const QpAttr& attr, uint32_t mask) {
 Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
   const QpState cur = attr_.qp_state;
   if ((mask & m::kCurState) && a.cur_qp_state != cur)
-    return err::inval(std::string("cur_qp_state says ") + to_string(a.cur_qp_state) +
-                      " but the QP is in " + to_string(cur));
+    return err::inval(std::string("cur_qp_state says ") + to_string(a.cur_qp_state) + " but the QP is in " +
+                      to_string(cur));
   const QpState next = (mask & m::kState) ? a.qp_state : cur;
   UROCE_TRY(check_qp_transition(type(), cur, next, mask));
   const Context& ctx = pd_->context();
@@ -111,13 +110,11 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
                         std::to_string(ctx.port_attr().active_mtu_bytes));
   }
   if (mask & m::kAv) {
-    if (!a.ah_attr.is_global)
-      return err::inval("RoCE needs a global route: set ah_attr.is_global and the peer's GID");
+    if (!a.ah_attr.is_global) return err::inval("RoCE needs a global route: set ah_attr.is_global and the peer's GID");
     if (a.ah_attr.sgid_index >= ctx.config().gids.size())
       return err::inval("sgid_index " + std::to_string(a.ah_attr.sgid_index) + " is not in the GID table");
     if (a.ah_attr.dgid.is_v4() != ctx.config().gids[a.ah_attr.sgid_index].is_v4())
-      return err::inval("destination GID " + a.ah_attr.dgid.to_string() +
-                        " is not of the source GID's IP version");
+      return err::inval("destination GID " + a.ah_attr.dgid.to_string() + " is not of the source GID's IP version");
   }
   if ((mask & m::kMaxQpRdAtomic) && a.max_rd_atomic > kMaxRdAtomic)
     return err::inval("max_rd_atomic above " + std::to_string(kMaxRdAtomic));
@@ -205,8 +202,7 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
 
 void Qp::send_owed_ack_locked() noexcept {
   if (type() != QpType::rc || !resp_.ack_pending || resp_.res_pending) return;
-  if (attr_.qp_state != QpState::rtr && attr_.qp_state != QpState::rts && attr_.qp_state != QpState::sqd)
-    return;
+  if (attr_.qp_state != QpState::rtr && attr_.qp_state != QpState::rts && attr_.qp_state != QpState::sqd) return;
   if (nic_->tx().full()) nic_->flush_tx();
   transport::responder_flush_ack(*nic_, *this);
   nic_->flush_tx();
@@ -288,8 +284,7 @@ Status Qp::validate_send(const SendWr& wr) const {
     case WrOpcode::send_with_inv:
       if (t != QpType::rc) return err::inval("READ, atomics and SEND_WITH_INV need an RC QP");
       break;
-    default:
-      return err::inval("opcode " + std::to_string(int(wr.opcode)) + " is not supported");
+    default: return err::inval("opcode " + std::to_string(int(wr.opcode)) + " is not supported");
   }
   if (wr.sg_list.size() > attr_.cap.max_send_sge)
     return err::inval("num_sge " + std::to_string(wr.sg_list.size()) + " above max_send_sge " +
@@ -350,8 +345,7 @@ Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
       len += wr.sg_list[k].length;
     }
     w.length = len;
-    if ((wr.send_flags & send_flags::kInline) && !is_atomic_opcode(wr.opcode) &&
-        wr.opcode != WrOpcode::rdma_read) {
+    if ((wr.send_flags & send_flags::kInline) && !is_atomic_opcode(wr.opcode) && wr.opcode != WrOpcode::rdma_read) {
       // Inline: the data is copied now; the lkeys are not looked at (IBA 11.4.1.1).
       uint8_t* dst = sq_.inline_data(idx);
       for (const Sge& s : wr.sg_list) {

@@ -60,17 +60,17 @@ class Qp {
   void* user_context() const noexcept { return init_.user_context; }
 
   // ---- transport side: everything below needs the NIC lock ----
-  QpAttr attr_;                     // current attributes
+  QpAttr attr_;  // current attributes
   transport::WorkQueue<transport::SendWqe> sq_;
   transport::WorkQueue<transport::RecvWqe> rq_;
   transport::RequesterState req_;
   transport::ResponderState resp_;
-  Endpoint peer_;                   // RC/UC: the peer's UDP endpoint
-  wire::IpUdpFields icrc_ip_;       // RC/UC: ICRC fields of packets to the peer
-  uint32_t mtu_ = 1024;             // path MTU in bytes
-  bool in_ready_ = false;           // on the NIC's transmit list
-  bool in_lazy_ = false;            // on the NIC's lazy-ACK list
-  bool timer_queued_ = false;       // has an entry in the NIC's timer heap
+  Endpoint peer_;                            // RC/UC: the peer's UDP endpoint
+  wire::IpUdpFields icrc_ip_;                // RC/UC: ICRC fields of packets to the peer
+  uint32_t mtu_ = 1024;                      // path MTU in bytes
+  bool in_ready_ = false;                    // on the NIC's transmit list
+  bool in_lazy_ = false;                     // on the NIC's lazy-ACK list
+  bool timer_queued_ = false;                // has an entry in the NIC's timer heap
   transport::Clock::time_point timer_when_;  // ... due then
 
   // Moves to `s` from inside the transport (errors); flushes on ERR.

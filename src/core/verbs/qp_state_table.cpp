@@ -26,8 +26,8 @@ constexpr Table build() {
     t[s][RESET].valid = true;
     t[s][ERR].valid = true;
   }
-  auto set = [&](int from, int to, uint32_t ud_req, uint32_t uc_req, uint32_t rc_req,
-                 uint32_t ud_opt, uint32_t uc_opt, uint32_t rc_opt) {
+  auto set = [&](int from, int to, uint32_t ud_req, uint32_t uc_req, uint32_t rc_req, uint32_t ud_opt, uint32_t uc_opt,
+                 uint32_t rc_opt) {
     Rule& r = t[from][to];
     r.valid = true;
     r.req[kUd] = ud_req;
@@ -41,16 +41,11 @@ constexpr Table build() {
   const uint32_t conn_init = m::kPkeyIndex | m::kPort | m::kAccessFlags;
   set(RESET, INIT, ud_init, conn_init, conn_init, 0, 0, 0);
   set(INIT, INIT, 0, 0, 0, ud_init, conn_init, conn_init);
-  set(INIT, RTR, 0,
-      m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn,
-      m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic | m::kMinRnrTimer,
-      m::kPkeyIndex | m::kQkey,
-      m::kAltPath | m::kAccessFlags | m::kPkeyIndex,
-      m::kAltPath | m::kAccessFlags | m::kPkeyIndex);
-  set(RTR, RTS, m::kSqPsn, m::kSqPsn,
-      m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn | m::kMaxQpRdAtomic,
-      m::kCurState | m::kQkey,
-      m::kCurState | m::kAltPath | m::kAccessFlags | m::kPathMigState,
+  set(INIT, RTR, 0, m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn,
+      m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic | m::kMinRnrTimer, m::kPkeyIndex | m::kQkey,
+      m::kAltPath | m::kAccessFlags | m::kPkeyIndex, m::kAltPath | m::kAccessFlags | m::kPkeyIndex);
+  set(RTR, RTS, m::kSqPsn, m::kSqPsn, m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn | m::kMaxQpRdAtomic,
+      m::kCurState | m::kQkey, m::kCurState | m::kAltPath | m::kAccessFlags | m::kPathMigState,
       m::kCurState | m::kAltPath | m::kAccessFlags | m::kMinRnrTimer | m::kPathMigState);
   const uint32_t rts_ud = m::kCurState | m::kQkey;
   const uint32_t rts_uc = m::kCurState | m::kAccessFlags | m::kAltPath | m::kPathMigState;
@@ -60,9 +55,8 @@ constexpr Table build() {
   set(SQD, RTS, 0, 0, 0, rts_ud, rts_uc, rts_rc);
   set(SQD, SQD, 0, 0, 0, m::kPkeyIndex | m::kQkey,
       m::kAv | m::kAltPath | m::kAccessFlags | m::kPkeyIndex | m::kPathMigState,
-      m::kPort | m::kAv | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic |
-          m::kMaxDestRdAtomic | m::kAltPath | m::kAccessFlags | m::kPkeyIndex |
-          m::kMinRnrTimer | m::kPathMigState);
+      m::kPort | m::kAv | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic | m::kMaxDestRdAtomic |
+          m::kAltPath | m::kAccessFlags | m::kPkeyIndex | m::kMinRnrTimer | m::kPathMigState);
   set(SQE, RTS, 0, 0, 0, m::kCurState | m::kQkey, m::kCurState | m::kAccessFlags, 0);
   return t;
 }
@@ -80,11 +74,32 @@ int type_index(QpType t) {
 }  // namespace
 
 std::string qp_attr_mask_names(uint32_t mask) {
-  static constexpr const char* names[] = {
-      "STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX", "PORT",
-      "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN",
-      "MAX_QP_RD_ATOMIC", "ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC",
-      "PATH_MIG_STATE", "CAP", "DEST_QPN", "21", "22", "23", "24", "RATE_LIMIT"};
+  static constexpr const char* names[] = {"STATE",
+                                          "CUR_STATE",
+                                          "EN_SQD_ASYNC_NOTIFY",
+                                          "ACCESS_FLAGS",
+                                          "PKEY_INDEX",
+                                          "PORT",
+                                          "QKEY",
+                                          "AV",
+                                          "PATH_MTU",
+                                          "TIMEOUT",
+                                          "RETRY_CNT",
+                                          "RNR_RETRY",
+                                          "RQ_PSN",
+                                          "MAX_QP_RD_ATOMIC",
+                                          "ALT_PATH",
+                                          "MIN_RNR_TIMER",
+                                          "SQ_PSN",
+                                          "MAX_DEST_RD_ATOMIC",
+                                          "PATH_MIG_STATE",
+                                          "CAP",
+                                          "DEST_QPN",
+                                          "21",
+                                          "22",
+                                          "23",
+                                          "24",
+                                          "RATE_LIMIT"};
   std::string out;
   for (int i = 0; i < 26; ++i)
     if (mask & (1u << i)) {
@@ -98,18 +113,17 @@ Status check_qp_transition(QpType type, QpState cur, QpState next, uint32_t mask
   const int c = int(cur), n = int(next);
   if (c >= kStates || n >= kStates) return err::inval("QP state out of range");
   const Rule& r = kTable[c][n];
-  if (!r.valid)
-    return err::inval(std::string("no transition from ") + to_string(cur) + " to " + to_string(next));
+  if (!r.valid) return err::inval(std::string("no transition from ") + to_string(cur) + " to " + to_string(next));
   const int ti = type_index(type);
   const uint32_t missing = r.req[ti] & ~mask;
   if (missing)
-    return err::inval(std::string(to_string(cur)) + "->" + to_string(next) + " for a " +
-                      to_string(type) + " QP needs attributes " + qp_attr_mask_names(missing));
+    return err::inval(std::string(to_string(cur)) + "->" + to_string(next) + " for a " + to_string(type) +
+                      " QP needs attributes " + qp_attr_mask_names(missing));
   const uint32_t allowed = r.req[ti] | r.opt[ti] | qp_attr_mask::kState | qp_attr_mask::kCurState;
   const uint32_t extra = mask & ~allowed;
   if (extra)
-    return err::inval(std::string(to_string(cur)) + "->" + to_string(next) + " for a " +
-                      to_string(type) + " QP does not take attributes " + qp_attr_mask_names(extra));
+    return err::inval(std::string(to_string(cur)) + "->" + to_string(next) + " for a " + to_string(type) +
+                      " QP does not take attributes " + qp_attr_mask_names(extra));
   return {};
 }
 

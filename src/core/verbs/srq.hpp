@@ -26,7 +26,7 @@ struct SrqAttr {
 namespace srq_attr_mask {
 inline constexpr uint32_t kMaxWr = 1u << 0;
 inline constexpr uint32_t kLimit = 1u << 1;
-}
+}  // namespace srq_attr_mask
 
 class Srq {
  public:

@@ -19,14 +19,28 @@ const char* to_string(QpType t) noexcept {
 }
 
 const char* to_string(WcStatus s) noexcept {
-  static constexpr const char* names[] = {
-      "success", "local length error", "local QP operation error", "local EE context operation error",
-      "local protection error", "Work Request Flushed Error", "memory management operation error",
-      "bad response error", "local access error", "remote invalid request error",
-      "remote access error", "remote operation error", "transport retry counter exceeded",
-      "RNR retry counter exceeded", "local RDD violation error", "remote invalid RD request",
-      "aborted error", "invalid EE context number", "invalid EE context state",
-      "fatal error", "response timeout error", "general error"};
+  static constexpr const char* names[] = {"success",
+                                          "local length error",
+                                          "local QP operation error",
+                                          "local EE context operation error",
+                                          "local protection error",
+                                          "Work Request Flushed Error",
+                                          "memory management operation error",
+                                          "bad response error",
+                                          "local access error",
+                                          "remote invalid request error",
+                                          "remote access error",
+                                          "remote operation error",
+                                          "transport retry counter exceeded",
+                                          "RNR retry counter exceeded",
+                                          "local RDD violation error",
+                                          "remote invalid RD request",
+                                          "aborted error",
+                                          "invalid EE context number",
+                                          "invalid EE context state",
+                                          "fatal error",
+                                          "response timeout error",
+                                          "general error"};
   const auto i = uint32_t(s);
   return i < sizeof names / sizeof *names ? names[i] : "unknown";
 }

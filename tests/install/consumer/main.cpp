@@ -6,13 +6,12 @@
 //
 // Prints "consumer: ok ..." and exits 0 on success, else says what failed
 // and exits 1.
-#include <uroce/uroce.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <uroce/uroce.hpp>
 #include <vector>
 
 namespace {
@@ -76,8 +75,12 @@ int main(int argc, char** argv) {
   for (const Piece& p : pieces) {
     ++wr_id;
     Sge sge = mr_src.sge(p.src_off, p.len);
-    check(qp_a.post_send({.wr_id = wr_id, .opcode = WrOpcode::rdma_write, .send_flags = send_flags::kSignaled,
-                          .sg_list = {&sge, 1}, .remote_addr = mr_dst.addr() + p.dst_off, .rkey = mr_dst.rkey()}),
+    check(qp_a.post_send({.wr_id = wr_id,
+                          .opcode = WrOpcode::rdma_write,
+                          .send_flags = send_flags::kSignaled,
+                          .sg_list = {&sge, 1},
+                          .remote_addr = mr_dst.addr() + p.dst_off,
+                          .rkey = mr_dst.rkey()}),
           "post RDMA WRITE");
     Wc wc;
     const int n = get(cq_a.poll_for({&wc, 1}, std::chrono::seconds(10)), "poll");
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
   Wc stray;
   if (get(cq_b.poll({&stray, 1}), "poll B") != 0) fail("B's CQ got a completion");
 
-  std::printf("consumer: ok, %zu RDMA WRITEs from %s to %s byte-exact (uroce %s)\n", std::size(pieces), addr_a,
-              addr_b, version());
+  std::printf("consumer: ok, %zu RDMA WRITEs from %s to %s byte-exact (uroce %s)\n", std::size(pieces), addr_a, addr_b,
+              version());
   return 0;
 }
