@@ -44,6 +44,8 @@ PACKAGES+=(ucx-utils libucx-dev openmpi-bin libopenmpi-dev libfabric-bin python3
 # The soak over real kernel drops (iptables in network namespaces) and the
 # receive-path fuzzer (clang's libFuzzer).
 PACKAGES+=(iptables clang libclang-rt-14-dev)
+# support.SourcesAreClangFormatted: the style of .clang-format, as clang-format 14 applies it.
+PACKAGES+=(clang-format)
 # What bench/run measures uroce against, and plots with (./run.sh bench).
 BENCH_PACKAGES=(sockperf iperf3 gnuplot-nox)
 BUILD_DIR=build
