@@ -31,6 +31,15 @@ foreach(t uroce_ibverbs uroce_rdmacm uroce_mlx5_stub uroce_efa_stub)
     install(TARGETS ${t} LIBRARY DESTINATION ${UROCE_INSTALL_PRIVATE_LIBDIR} NAMELINK_SKIP)
   endif()
 endforeach()
+# `cmake --build <dir> --target uroce_installable` builds what `cmake --install`
+# installs and nothing of the test suite (./run.sh test's release stage).
+add_custom_target(uroce_installable)
+add_dependencies(uroce_installable uroce_tool uroce)
+foreach(t uroce_ibverbs uroce_rdmacm uroce_mlx5_stub uroce_efa_stub)
+  if(TARGET ${t})
+    add_dependencies(uroce_installable ${t})
+  endif()
+endforeach()
 if(TARGET uroce_rdmacm)
   # librdmacm.so.1 needs our libibverbs.so.1, which lies beside it.
   set_target_properties(uroce_rdmacm PROPERTIES INSTALL_RPATH "$ORIGIN")
