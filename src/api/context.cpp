@@ -63,14 +63,14 @@ Context::Context(Context&&) noexcept = default;
 
 Context& Context::operator=(Context&& o) noexcept {
   if (this != &o) {
-    if (impl_) detail::destroy_children_first(impl_, impl_->children.load(), "Context");
+    if (impl_) detail::destroy_children_first(impl_, impl_->ctx->users().load(), "Context");
     impl_ = std::move(o.impl_);
   }
   return *this;
 }
 
 Context::~Context() {
-  if (impl_) detail::destroy_children_first(impl_, impl_->children.load(), "Context");
+  if (impl_) detail::destroy_children_first(impl_, impl_->ctx->users().load(), "Context");
 }
 
 const DeviceInfo& Context::info() const noexcept { return impl_->info; }
@@ -165,9 +165,10 @@ Result<AsyncEvent> Context::get_async_event(int timeout_ms) {
 
 Result<ProtectionDomain> Context::alloc_pd() {
   auto impl = std::make_unique<detail::PdImpl>();
-  impl->pd = std::make_unique<verbs::Pd>(*impl_->ctx);
+  auto pd = verbs::Pd::create(*impl_->ctx);
+  if (!pd.ok()) return pd.status();
+  impl->pd = std::move(*pd);
   impl->ctx = impl_.get();
-  ++impl_->children;
   return ProtectionDomain(std::move(impl));
 }
 
@@ -177,7 +178,6 @@ Result<CompletionChannel> Context::create_comp_channel() {
   auto impl = std::make_unique<detail::ChannelImpl>();
   impl->ch = std::move(*ch);
   impl->ctx = impl_.get();
-  ++impl_->children;
   return CompletionChannel(std::move(impl));
 }
 
@@ -188,7 +188,6 @@ Result<CompletionQueue> Context::create_cq(uint32_t cqe, CompletionChannel* chan
   if (!cq.ok()) return cq.status();
   impl->cq = std::move(*cq);
   impl->ctx = impl_.get();
-  ++impl_->children;
   impl_->track(impl_->cqs, impl->cq.get(), impl.get());
   return CompletionQueue(std::move(impl));
 }
@@ -200,20 +199,17 @@ namespace detail {
 ChannelImpl::~ChannelImpl() {
   if (!ch) return;
   ch.reset();
-  --ctx->children;
 }
 
 CqImpl::~CqImpl() {
   if (!cq) return;
   ctx->untrack(ctx->cqs, cq.get());
   cq.reset();
-  --ctx->children;
 }
 
 PdImpl::~PdImpl() {
   if (!pd) return;
   pd.reset();
-  --ctx->children;
 }
 
 }  // namespace detail

@@ -51,7 +51,6 @@ struct ContextImpl {
   DeviceInfo info;
   DeviceAttributes dev_attr;
   PortAttributes port_attr;
-  std::atomic<int> children{0};  // PDs, CQs and channels of this context
 
   // Core object -> API object, to name the object of an async event.
   std::mutex mu;

@@ -61,13 +61,8 @@ UROCE_C_API ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   Context* c = to_ctx(pd->context);
   verbs::AhAttr a;
   to_core_ah(*c, *attr, a);
-  if (!take(c->dev->ahs, c->core->device_attr().max_ah))
-    return fail_null<ibv_ah>("ibv_create_ah", ENOMEM, "max_ah address handles exist");
   auto core = verbs::Ah::create(*to_pd(pd)->core, a);
-  if (!core.ok()) {
-    c->dev->ahs--;
-    return fail_null<ibv_ah>("ibv_create_ah", core.status());
-  }
+  if (!core.ok()) return fail_null<ibv_ah>("ibv_create_ah", core.status());
   auto* h = new Ah{};
   h->core = core->release();
   h->ah.context = pd->context;
@@ -79,7 +74,6 @@ UROCE_C_API ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 
 UROCE_C_API int ibv_destroy_ah(ibv_ah* ah) {
   Ah* h = to_ah(ah);
-  to_ctx(ah->context)->dev->ahs--;
   delete h->core;
   delete h;
   return 0;

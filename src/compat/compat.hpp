@@ -62,18 +62,13 @@ struct Device {
   ibv_device dev;
   verbs::DeviceConfig* cfg;
   int index;
-  // Objects of this device in the process, held to the limits that
-  // ibv_query_device reports (the core enforces the others itself: QPs,
-  // MRs, CQEs, WRs, SGEs, inline bytes, READ/atomic depths).
-  std::atomic<uint32_t> pds, cqs, srqs, ahs;
 };
 
 struct Context {
   verbs_context vctx;  // vctx.context is the ibv_context the application holds
   Device* dev;
   verbs::Context* core;
-  std::atomic<int> children;  // PDs, CQs and channels not yet destroyed
-  int cmd_fd = -1;            // ibv_context::cmd_fd (an eventfd: no kernel device)
+  int cmd_fd = -1;  // ibv_context::cmd_fd (an eventfd: no kernel device)
 };
 
 struct Pd {
@@ -170,17 +165,6 @@ T* fail_null(const char* verb, int err, const char* why) noexcept {
 }
 
 // ------------------------------------------------------------------ shared helpers
-
-// Counts one more object against a device limit: false when `max` are
-// already there (the caller fails with ENOMEM, as a device out of
-// resources does).
-inline bool take(std::atomic<uint32_t>& used, uint32_t max) noexcept {
-  uint32_t n = used.load(std::memory_order_relaxed);
-  do {
-    if (n >= max) return false;
-  } while (!used.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
-  return true;
-}
 
 // RoCE has no LIDs, but LID-only programs (qperf without -cm1) exchange
 // port LIDs and build address vectors without a GRH.  A uroce port's LID is

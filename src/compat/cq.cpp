@@ -40,13 +40,10 @@ ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq
   Context* c = to_ctx(context);
   if (comp_vector >= uint32_t(context->num_comp_vectors))
     return fail_null<ibv_cq_ex>(verb, EINVAL, "comp_vector must be below num_comp_vectors (1)");
-  if (!take(c->dev->cqs, c->core->device_attr().max_cq))
-    return fail_null<ibv_cq_ex>(verb, ENOMEM, "max_cq completion queues exist");
   auto* q = new Cq{};
   auto core = verbs::Cq::create(*c->core, cqe, channel ? to_channel(channel)->core : nullptr, q);
   if (!core.ok()) {
     delete q;
-    c->dev->cqs--;
     return fail_null<ibv_cq_ex>(verb, core.status());
   }
   q->core = core->release();
@@ -62,7 +59,6 @@ ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq
   pthread_cond_init(&ex.cond, nullptr);
   init_cq_ex_ops(ex);
   if (channel) channel->refcnt++;
-  c->children++;
   return &ex;
 }
 
@@ -207,8 +203,6 @@ UROCE_C_API int ibv_destroy_cq(ibv_cq* cq) {
   q->core->wait_events_acked();  // ibv_get_cq_event/ibv_ack_cq_events pairs
   wait_async_acked(cq->mutex, cq->cond, cq->async_events_completed, q->async_delivered);
   if (cq->channel) cq->channel->refcnt--;
-  q->ctx->children--;
-  q->ctx->dev->cqs--;
   delete q->core;
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);

@@ -285,11 +285,11 @@ UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
 
 UROCE_C_API int ibv_close_device(ibv_context* context) {
   Context* c = to_ctx(context);
-  if (c->children.load() > 0) {
+  if (c->core->users().load() > 0) {
     // rdma-core lets the kernel clean up after a program that closes a
     // device with objects still open; here they would point into a dead
     // context, so it stays (with them) until the process exits.
-    UROCE_LOG(warn, "ibv_close_device: %d PD/CQ/channel(s) still open; the device stays open", c->children.load());
+    UROCE_LOG(warn, "ibv_close_device: %d PD/CQ/channel(s) still open; the device stays open", c->core->users().load());
     return 0;
   }
   delete c->core;

@@ -56,14 +56,12 @@ UROCE_C_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   ch->ch.context = context;
   ch->ch.fd = ch->core->fd();
   ch->ch.refcnt = 0;
-  c->children++;
   return &ch->ch;
 }
 
 UROCE_C_API int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   Channel* ch = to_channel(channel);
   if (ch->core->users().load() > 0) return fail("ibv_destroy_comp_channel", EBUSY, "CQs still use this channel");
-  ch->ctx->children--;
   delete ch->core;
   delete ch;
   return 0;

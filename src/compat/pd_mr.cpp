@@ -39,15 +39,14 @@ ibv_mr* reg(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t io
 
 UROCE_C_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
   Context* c = to_ctx(context);
-  if (!take(c->dev->pds, c->core->device_attr().max_pd))
-    return fail_null<ibv_pd>("ibv_alloc_pd", ENOMEM, "max_pd protection domains exist");
+  auto core = verbs::Pd::create(*c->core);
+  if (!core.ok()) return fail_null<ibv_pd>("ibv_alloc_pd", core.status());
   auto* p = new Pd{};
-  p->core = new verbs::Pd(*c->core);
+  p->core = core->release();
   p->ctx = c;
   p->pd.context = context;
   static std::atomic<uint32_t> handles{1};
   p->pd.handle = handles++;
-  c->children++;
   return &p->pd;
 }
 
@@ -55,8 +54,6 @@ UROCE_C_API int ibv_dealloc_pd(ibv_pd* pd) {
   Pd* p = to_pd(pd);
   if (const int n = p->core->users().load(); n > 0)
     return fail("ibv_dealloc_pd", EBUSY, "QPs, MRs, SRQs or AHs of this PD still exist");
-  p->ctx->children--;
-  p->ctx->dev->pds--;
   delete p->core;
   delete p;
   return 0;

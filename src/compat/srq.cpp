@@ -9,14 +9,10 @@ namespace {
 static_assert(verbs::srq_attr_mask::kMaxWr == IBV_SRQ_MAX_WR && verbs::srq_attr_mask::kLimit == IBV_SRQ_LIMIT);
 
 ibv_srq* create(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr& attr) {
-  Context* c = to_ctx(pd->context);
-  if (!take(c->dev->srqs, c->core->device_attr().max_srq))
-    return fail_null<ibv_srq>(verb, ENOMEM, "max_srq shared receive queues exist");
   auto* s = new Srq{};
   auto core = verbs::Srq::create(*to_pd(pd)->core, {attr.max_wr, attr.max_sge, attr.srq_limit}, s);
   if (!core.ok()) {
     delete s;
-    c->dev->srqs--;
     return fail_null<ibv_srq>(verb, core.status());
   }
   s->core = core->release();
@@ -78,7 +74,6 @@ UROCE_C_API int ibv_destroy_srq(ibv_srq* srq) {
   Srq* s = to_srq(srq);
   if (s->core->users().load() > 0) return fail("ibv_destroy_srq", EBUSY, "QPs still use this SRQ");
   wait_async_acked(srq->mutex, srq->cond, srq->events_completed, s->async_delivered);
-  to_ctx(srq->context)->dev->srqs--;
   delete s->core;
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);

@@ -163,8 +163,8 @@ void setup() {
   auto ctx = Context::open(cfg);
   if (!ctx.ok()) die(ctx.status().to_string().c_str());
   g->ctx = std::move(*ctx);
-  g->pd = std::make_unique<Pd>(*g->ctx);
-  g->pd2 = std::make_unique<Pd>(*g->ctx);
+  g->pd = verbs::Pd::create(*g->ctx).value();
+  g->pd2 = verbs::Pd::create(*g->ctx).value();
   auto cq = Cq::create(*g->ctx, 1024, nullptr);
   if (!cq.ok()) die("create_cq");
   g->cq = std::move(*cq);

@@ -102,8 +102,8 @@ class Victim {
       return std::unique_ptr<net::PacketIo>(std::move(*io));
     };
     ctx = std::move(Context::open(cfg).value());
-    pd = std::make_unique<Pd>(*ctx);
-    pd2 = std::make_unique<Pd>(*ctx);
+    pd = verbs::Pd::create(*ctx).value();
+    pd2 = verbs::Pd::create(*ctx).value();
     cq = std::move(Cq::create(*ctx, 256, nullptr).value());
     const uint32_t lw = access::kLocalWrite;
     all = region(*pd, lw | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic, 1);

@@ -37,7 +37,7 @@ struct Device {
       return std::unique_ptr<net::PacketIo>(std::move(*io));
     };
     ctx = std::move(Context::open(cfg).value());
-    pd = std::make_unique<Pd>(*ctx);
+    pd = verbs::Pd::create(*ctx).value();
     cq = std::move(Cq::create(*ctx, 16, nullptr).value());
   }
   Result<std::unique_ptr<Qp>> qp(QpCap cap = QpCap{1, 1, 1, 1, 0}) {

@@ -56,7 +56,7 @@ class FakeSide final : public Side {
     auto ctx = verbs::Context::open(cfg);
     if (!ctx.ok()) return ctx.status();
     ctx_ = std::move(*ctx);
-    pd_ = std::make_unique<verbs::Pd>(*ctx_);
+    pd_ = verbs::Pd::create(*ctx_).value();
     return {};
   }
   ~FakeSide() override {

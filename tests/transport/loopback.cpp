@@ -39,7 +39,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   auto ctx = Context::open(cfg);
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   s.ctx = std::move(*ctx);
-  s.pd = std::make_unique<Pd>(*s.ctx);
+  s.pd = verbs::Pd::create(*s.ctx).value();
   if (opt.channel) {
     auto ch = CompChannel::create(*s.ctx);
     ASSERT_TRUE(ch.ok());

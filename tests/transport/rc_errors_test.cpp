@@ -35,7 +35,8 @@ TEST_P(RcRemoteErrors, FailsFlushesAndLeavesMemoryAlone) {
   if (c.qp_access != ~0u) o.qp_access = c.qp_access;
   Pair p(o);
   auto target = reg_mr(*p.b.pd, p.b.buf.data() + kRegion, kRegion, c.mr_access);
-  Pd other(*p.b.ctx);
+  auto other_pd = Pd::create(*p.b.ctx).value();
+  Pd& other = *other_pd;
   auto foreign = reg_mr(other, p.b.buf.data() + kRegion, kRegion, kAll);
   ASSERT_TRUE(target && foreign);
   fill_pattern(p.b.buf.data(), p.b.buf.size(), 11);
@@ -165,7 +166,8 @@ TEST(RcErrors, LocalProtectionErrors) {
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE(variant);
     Pair p;
-    Pd other(*p.a.ctx);
+    auto other_pd = Pd::create(*p.a.ctx).value();
+    Pd& other = *other_pd;
     auto foreign = reg_mr(other, p.a.buf.data(), 4096, kAll);
     auto ro = reg_mr(*p.a.pd, p.a.buf.data(), 4096, access::kRemoteRead);
     Sge s = p.a.sge(0, 100);

@@ -43,7 +43,7 @@ struct End {
     auto c = Context::open(cfg);
     if (!c.ok()) return false;
     ctx = std::move(*c);
-    pd = std::make_unique<Pd>(*ctx);
+    pd = verbs::Pd::create(*ctx).value();
     auto q = Cq::create(*ctx, 64, nullptr);
     if (!q.ok()) return false;
     cq = std::move(*q);

@@ -37,7 +37,7 @@ class MrTest : public ::testing::Test {
     auto ctx = Context::open(cfg);
     ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
     ctx_ = std::move(*ctx);
-    pd_ = std::make_unique<Pd>(*ctx_);
+    pd_ = verbs::Pd::create(*ctx_).value();
   }
   void TearDown() override {
     pd_.reset();

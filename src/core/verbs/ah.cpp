@@ -13,7 +13,10 @@ Result<std::unique_ptr<Ah>> Ah::create(Pd& pd, const AhAttr& attr) {
   if (attr.dgid.is_v4() != ctx.config().gids[attr.sgid_index].is_v4())
     return err::inval("destination GID is not of the source GID's IP version");
   if (attr.port_num != 1) return err::inval("port_num must be 1");
+  auto hold = pd.context().resources().take(Resource::ah);
+  if (!hold.ok()) return hold.status();
   std::unique_ptr<Ah> ah(new Ah(pd, attr));
+  ah->hold_ = std::move(*hold);
   pd.users()++;
   return ah;
 }

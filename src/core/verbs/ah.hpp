@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "common/status.hpp"
+#include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
 namespace uroce::verbs {
@@ -25,6 +26,7 @@ class Ah {
   Ah(Pd& pd, const AhAttr& attr) : pd_(&pd), attr_(attr) {}
   Pd* pd_;
   AhAttr attr_;
+  ResourceHold hold_;  // one of the device's max_ah
 };
 
 }  // namespace uroce::verbs

@@ -44,10 +44,14 @@ Result<std::unique_ptr<CompChannel>> CompChannel::create(Context& ctx) {
   // like rdma-core's channel fd; the application may set O_NONBLOCK.
   int fd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
   if (fd < 0) return err::from_errno(errno, "eventfd for a completion channel");
+  ctx.users()++;
   return std::unique_ptr<CompChannel>(new CompChannel(ctx, fd));
 }
 
-CompChannel::~CompChannel() { ::close(efd_); }
+CompChannel::~CompChannel() {
+  ::close(efd_);
+  ctx_->users()--;
+}
 
 void CompChannel::post(Cq& cq) noexcept {
   std::lock_guard g(mu_);

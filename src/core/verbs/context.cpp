@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "transport/nic.hpp"
@@ -97,6 +99,26 @@ uint64_t node_guid(const DeviceConfig& cfg) noexcept {
          uint64_t(cfg.udp_port) << 32;
 }
 
+namespace {
+
+// The object counts of each device (NIC) in the process, made by the first
+// context on it and shared by the others.
+std::shared_ptr<DeviceResources> resources_of(const transport::Nic* nic, const DeviceAttr& limits) {
+  static std::mutex mu;
+  static auto* counts = new std::map<const transport::Nic*, std::weak_ptr<DeviceResources>>;
+  std::lock_guard g(mu);
+  std::erase_if(*counts, [](const auto& kv) { return kv.second.expired(); });
+  auto& w = (*counts)[nic];
+  auto r = w.lock();
+  if (!r) {
+    r = std::make_shared<DeviceResources>(limits);
+    w = r;
+  }
+  return r;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   if (cfg.gids.empty()) return err::inval("device " + cfg.name + " has no address");
   DeviceConfig c = cfg;
@@ -141,6 +163,7 @@ Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int asyn
   port_attr_.active_mtu_bytes = cfg_.mtu;
   port_attr_.max_mtu_bytes = 4096;
   port_attr_.gid_tbl_len = uint32_t(cfg_.gids.size());
+  resources_ = resources_of(nic_.get(), dev_attr_);
 }
 
 Context::~Context() { ::close(async_fd_); }

@@ -14,6 +14,7 @@
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
 #include "uroce/faults.hpp"
+#include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
 namespace uroce::transport {
@@ -62,6 +63,12 @@ class Context {
   const DeviceAttr& device_attr() const noexcept { return dev_attr_; }
   const PortAttr& port_attr() const noexcept { return port_attr_; }
   transport::Nic& nic() const noexcept { return *nic_; }
+  // The device's object limits and counts, shared with the other contexts
+  // of the device (resources.hpp).
+  DeviceResources& resources() const noexcept { return *resources_; }
+  // PDs, CQs and completion channels of this context not yet destroyed:
+  // closing the device while some remain is the application's error.
+  std::atomic<int>& users() noexcept { return users_; }
 
   // Async events: a pollable fd and a queue.
   int async_fd() const noexcept { return async_fd_; }
@@ -76,6 +83,8 @@ class Context {
   DeviceAttr dev_attr_;
   PortAttr port_attr_;
   std::shared_ptr<transport::Nic> nic_;
+  std::shared_ptr<DeviceResources> resources_;
+  std::atomic<int> users_{0};
   int async_fd_;
   std::mutex async_mu_;
   std::deque<AsyncEvent> async_;

@@ -13,12 +13,17 @@ Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* 
   if (cqe < 1 || cqe > kMaxCqe)
     return err::inval("cqe " + std::to_string(cqe) + " not in 1.." + std::to_string(kMaxCqe));
   if (channel && &channel->context() != &ctx) return err::inval("completion channel belongs to another device context");
+  auto hold = ctx.resources().take(Resource::cq);
+  if (!hold.ok()) return hold.status();
   std::unique_ptr<Cq> cq(new Cq(ctx, cqe, channel, user_context));
+  cq->hold_ = std::move(*hold);
   if (channel) channel->users()++;
+  ctx.users()++;
   return cq;
 }
 
 Cq::~Cq() {
+  ctx_->users()--;
   ctx_->forget_async_events(this);
   if (channel_) {
     channel_->forget(*this);

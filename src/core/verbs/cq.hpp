@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
 namespace uroce::transport {
@@ -81,7 +82,8 @@ class Cq {
   uint32_t head_ = 0, count_ = 0;
   enum class Arm : uint8_t { none, next, solicited } arm_ = Arm::none;
   bool overflow_ = false;
-  std::atomic<int> users_{0};  // QPs/SRQs using this CQ
+  std::atomic<int> users_{0};
+  ResourceHold hold_;  // one of the device's max_cq  // QPs/SRQs using this CQ
   // events handed out vs acknowledged
   std::mutex ev_mu_;
   std::condition_variable ev_cv_;

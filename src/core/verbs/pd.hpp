@@ -2,6 +2,10 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
+
+#include "common/status.hpp"
+#include "verbs/resources.hpp"
 
 namespace uroce::verbs {
 
@@ -9,7 +13,9 @@ class Context;
 
 class Pd {
  public:
-  explicit Pd(Context& ctx) noexcept : ctx_(&ctx) {}
+  // ENOMEM beyond the device's max_pd.
+  static Result<std::unique_ptr<Pd>> create(Context& ctx);
+  ~Pd();
   Pd(const Pd&) = delete;
   Pd& operator=(const Pd&) = delete;
 
@@ -18,7 +24,9 @@ class Pd {
   std::atomic<int>& users() noexcept { return users_; }
 
  private:
+  Pd(Context& ctx, ResourceHold hold) noexcept : ctx_(&ctx), hold_(std::move(hold)) {}
   Context* ctx_;
+  ResourceHold hold_;
   std::atomic<int> users_{0};
 };
 

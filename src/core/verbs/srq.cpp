@@ -13,7 +13,10 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
     return err::inval("SRQ max_wr " + std::to_string(attr.max_wr) + " not in 1.." + std::to_string(kMaxWr));
   if (attr.max_sge > kMaxSge) return err::inval("SRQ max_sge above " + std::to_string(kMaxSge));
   if (attr.srq_limit > attr.max_wr) return err::inval("srq_limit above max_wr");
+  auto hold = pd.context().resources().take(Resource::srq);
+  if (!hold.ok()) return hold.status();
   std::unique_ptr<Srq> srq(new Srq(pd, user_context));
+  srq->hold_ = std::move(*hold);
   srq->q_.init(attr.max_wr, std::max<uint32_t>(attr.max_sge, 1));
   srq->limit_ = attr.srq_limit;
   pd.users()++;

@@ -8,6 +8,7 @@
 
 #include "common/status.hpp"
 #include "transport/queues.hpp"
+#include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
 namespace uroce::transport {
@@ -61,6 +62,7 @@ class Srq {
   transport::WorkQueue<transport::RecvWqe> q_;
   uint32_t limit_ = 0;  // 0 = not armed
   std::atomic<int> users_{0};
+  ResourceHold hold_;  // one of the device's max_srq
 };
 
 }  // namespace uroce::verbs
