@@ -1,10 +1,55 @@
 #include "loopback.hpp"
 
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <thread>
 
+#include "net/shm_io.hpp"
+#include "net/udp_io.hpp"
 #include "transport/nic.hpp"
 
 namespace uroce::test {
+
+const char* to_string(PacketPath p) noexcept {
+  switch (p) {
+    case PacketPath::udp: return "Udp";
+    case PacketPath::fake: return "Fake";
+    case PacketPath::shm: return "Shm";
+  }
+  return "?";
+}
+
+ShmDir::ShmDir() {
+  char tmpl[] = "/dev/shm/uroce-loopback-XXXXXX";
+  char tmpl_tmp[] = "/tmp/uroce-loopback-XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  if (!d) d = ::mkdtemp(tmpl_tmp);
+  if (d) path_ = d;
+  EXPECT_FALSE(path_.empty()) << "no directory for ring files";
+}
+
+ShmDir::~ShmDir() {
+  if (path_.empty()) return;
+  if (DIR* dir = ::opendir(path_.c_str())) {
+    while (const dirent* e = ::readdir(dir)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") ::unlink((path_ + "/" + n).c_str());
+    }
+    ::closedir(dir);
+  }
+  ::rmdir(path_.c_str());
+}
+
+PairOptions over(PacketPath path, PairOptions o) {
+  switch (path) {
+    case PacketPath::udp: break;
+    case PacketPath::fake: o.fake = net::FakeNetwork::create(); break;
+    case PacketPath::shm: o.shm = std::make_shared<ShmDir>(); break;
+  }
+  return o;
+}
 
 Pair::Pair(const PairOptions& o) : opt(o) {
   const char* aa = o.addr_a ? o.addr_a : o.fake ? "10.0.0.1" : "127.0.0.1";
@@ -34,6 +79,23 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
       std::unique_ptr<net::PacketIo> p = std::move(*io);
       if (wrap) p = wrap(std::move(p));
       return p;
+    };
+  } else if (opt.shm) {
+    // A UDP socket (ephemeral port, found through the host registry) whose
+    // packets to same-host peers go through the peers' rings in the Pair's
+    // directory.
+    net::ShmConfig scfg;
+    scfg.dir = opt.shm->path();
+    const IpAddr local = *ip;
+    cfg.io_factory = [scfg, local]() -> Result<std::unique_ptr<net::PacketIo>> {
+      net::UdpConfig ucfg;
+      ucfg.local = local;
+      ucfg.port = 0;
+      auto udp = net::UdpIo::open(ucfg);
+      if (!udp.ok()) return udp.status();
+      auto shm = net::ShmIo::wrap(std::move(*udp), scfg);
+      if (!shm.ok()) return shm.status();
+      return std::unique_ptr<net::PacketIo>(std::move(*shm));
     };
   }
   auto ctx = Context::open(cfg);

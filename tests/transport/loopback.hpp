@@ -6,6 +6,10 @@
 // FakeNetwork instead of UDP sockets (default addresses 10.0.0.1/10.0.0.2 so
 // they never collide with a UDP device's registry binding); `wrap` can put a
 // decorator (e.g. DupIo) around each side's packet I/O.
+//
+// over(PacketPath) gives the options of one packet path -- UDP sockets, the
+// in-memory FakeNetwork, or shared-memory rings (ShmIo, in a private
+// directory) -- so one suite runs over each (TEST_P with kEveryPacketPath).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -44,6 +48,23 @@ using transport::Counters;
 
 using IoWrap = std::function<std::unique_ptr<net::PacketIo>(std::unique_ptr<net::PacketIo>)>;
 
+enum class PacketPath { udp, fake, shm };
+const char* to_string(PacketPath p) noexcept;
+inline void PrintTo(PacketPath p, std::ostream* os) { *os << to_string(p); }
+
+// A directory of ring files for a Pair over shared memory, removed with it.
+class ShmDir {
+ public:
+  ShmDir();
+  ~ShmDir();
+  ShmDir(const ShmDir&) = delete;
+  ShmDir& operator=(const ShmDir&) = delete;
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
 struct PairOptions {
   QpType type = QpType::rc;
   Mtu mtu = Mtu::m1024;
@@ -73,7 +94,14 @@ struct PairOptions {
   uint16_t udp_port = 0;         // 0: ephemeral ports (peers found through the host registry)
   std::shared_ptr<net::FakeNetwork> fake;
   IoWrap wrap;
+  std::shared_ptr<ShmDir> shm;  // both sides' packets through rings in this directory
 };
+
+// Default options over packet path `path`.
+PairOptions over(PacketPath path, PairOptions o = {});
+// Every path, for INSTANTIATE_TEST_SUITE_P(..., kEveryPacketPath, PacketPathName).
+inline const auto kEveryPacketPath = ::testing::Values(PacketPath::udp, PacketPath::fake, PacketPath::shm);
+inline std::string PacketPathName(const ::testing::TestParamInfo<PacketPath>& i) { return to_string(i.param); }
 
 struct Side {
   std::unique_ptr<Context> ctx;

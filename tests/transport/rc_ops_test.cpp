@@ -1,5 +1,6 @@
-// RC operations between two device contexts over loopback UDP: byte-exact
-// data and the exact completions of every opcode.
+// RC operations between two device contexts, over each packet path (UDP
+// sockets on loopback, the in-memory FakeNetwork, shared-memory rings):
+// byte-exact data and the exact completions of every opcode.
 #include <arpa/inet.h>
 
 #include "loopback.hpp"
@@ -7,12 +8,12 @@
 namespace uroce::test {
 namespace {
 
-class RcOps : public ::testing::Test {
+class RcOps : public ::testing::TestWithParam<PacketPath> {
  protected:
-  Pair p;
+  Pair p{over(GetParam())};
 };
 
-TEST_F(RcOps, SendRecvDeliversBytesAndCompletions) {
+TEST_P(RcOps, SendRecvDeliversBytesAndCompletions) {
   fill_pattern(p.a.buf.data(), 5000, 1);
   ASSERT_TRUE(post_recv(*p.b.qp, 77, {p.b.sge(0, 8192)}).ok());
   SendWr wr;
@@ -40,7 +41,7 @@ TEST_F(RcOps, SendRecvDeliversBytesAndCompletions) {
   EXPECT_EQ(sc[0].byte_len, 5000u);
 }
 
-TEST_F(RcOps, SendWithImmCarriesImmediate) {
+TEST_P(RcOps, SendWithImmCarriesImmediate) {
   ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 64)}).ok());
   SendWr wr;
   wr.opcode = WrOpcode::send_with_imm;
@@ -56,7 +57,7 @@ TEST_F(RcOps, SendWithImmCarriesImmediate) {
   EXPECT_EQ(poll_n(*p.a.scq, 1).size(), 1u);
 }
 
-TEST_F(RcOps, RdmaWriteLandsWithoutResponderCompletion) {
+TEST_P(RcOps, RdmaWriteLandsWithoutResponderCompletion) {
   fill_pattern(p.a.buf.data(), 70000, 2);
   SendWr wr;
   wr.wr_id = 5;
@@ -78,7 +79,7 @@ TEST_F(RcOps, RdmaWriteLandsWithoutResponderCompletion) {
   EXPECT_TRUE(drain(*p.b.rcq, 20).empty());
 }
 
-TEST_F(RcOps, RdmaWriteWithImmConsumesReceive) {
+TEST_P(RcOps, RdmaWriteWithImmConsumesReceive) {
   fill_pattern(p.a.buf.data(), 3000, 3);
   ASSERT_TRUE(post_recv(*p.b.qp, 9, {}).ok());
   SendWr wr;
@@ -99,7 +100,7 @@ TEST_F(RcOps, RdmaWriteWithImmConsumesReceive) {
   EXPECT_EQ(std::memcmp(p.a.buf.data(), p.b.buf.data(), 3000), 0);
 }
 
-TEST_F(RcOps, RdmaReadFetchesRemoteBytes) {
+TEST_P(RcOps, RdmaReadFetchesRemoteBytes) {
   fill_pattern(p.b.buf.data(), 100000, 4);
   SendWr wr;
   wr.wr_id = 8;
@@ -118,7 +119,7 @@ TEST_F(RcOps, RdmaReadFetchesRemoteBytes) {
   EXPECT_EQ(std::memcmp(p.a.buf.data() + 16, p.b.buf.data(), 100000), 0);
 }
 
-TEST_F(RcOps, AtomicsReturnOriginalValue) {
+TEST_P(RcOps, AtomicsReturnOriginalValue) {
   uint64_t* target = reinterpret_cast<uint64_t*>(p.b.buf.data() + 64);
   *target = 100;
   SendWr wr;
@@ -159,6 +160,8 @@ TEST_F(RcOps, AtomicsReturnOriginalValue) {
   EXPECT_EQ(got, 7u);
   EXPECT_EQ(*target, 7u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Over, RcOps, kEveryPacketPath, PacketPathName);
 
 // A ping-pong on one CQ per side: the ACK of the ping (held back to leave
 // with the pong) still reaches the pinger before the pong, so its SEND

@@ -33,8 +33,10 @@ SendWr send_of(uint64_t id, const Sge& s) {
   return wr;
 }
 
-TEST(Srq, TwoRcQpsShareOneSrq) {
-  PairOptions o;
+class SrqPath : public ::testing::TestWithParam<PacketPath> {};
+
+TEST_P(SrqPath, TwoRcQpsShareOneSrq) {
+  PairOptions o = over(GetParam());
   o.srq_b = true;
   Pair p(o);
   auto qa2 = p.create_qp(p.a);
@@ -133,8 +135,8 @@ TEST(Srq, PostErrors) {
   EXPECT_EQ(p.b.qp->post_recv({wrs, 1}, &bad).code(), EINVAL);
 }
 
-TEST(Srq, UdQpReceivesFromSrq) {
-  PairOptions o;
+TEST_P(SrqPath, UdQpReceivesFromSrq) {
+  PairOptions o = over(GetParam());
   o.type = QpType::ud;
   o.srq_b = true;
   Pair p(o);
@@ -158,6 +160,8 @@ TEST(Srq, UdQpReceivesFromSrq) {
   EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data() + 40, 500), -1);
   EXPECT_EQ(poll_n(*p.a.scq, 1).size(), 1u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Over, SrqPath, kEveryPacketPath, PacketPathName);
 
 }  // namespace
 }  // namespace uroce::test

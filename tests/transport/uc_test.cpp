@@ -27,8 +27,10 @@ SendWr wr_of(uint64_t id, WrOpcode opc, const Sge& s, const Side& peer, uint64_t
   return wr;
 }
 
-TEST(Uc, SendAndWriteWithAndWithoutImm) {
-  Pair p(uc());
+class UcPath : public ::testing::TestWithParam<PacketPath> {};
+
+TEST_P(UcPath, SendAndWriteWithAndWithoutImm) {
+  Pair p(over(GetParam(), uc()));
   fill_pattern(p.a.buf.data(), 100000, 1);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(post_recv(*p.b.qp, 10 + i, {p.b.sge(i * 10000, 10000)}).ok());
   Sge s1 = p.a.sge(0, 5000), s2 = p.a.sge(5000, 7), s3 = p.a.sge(20000, 30000), s4 = p.a.sge(60000, 3333);
@@ -71,6 +73,8 @@ TEST(Uc, SendAndWriteWithAndWithoutImm) {
   EXPECT_EQ(p.b.counters().resp_acks_sent, 0u);
   EXPECT_EQ(p.a.counters().req_acks_rcvd, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Over, UcPath, kEveryPacketPath, PacketPathName);
 
 // Drops the n-th packet of A's traffic and checks recovery at the next message.
 class UcLoss : public ::testing::TestWithParam<int> {};

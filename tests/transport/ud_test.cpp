@@ -99,8 +99,10 @@ void send_and_check(Ud& u) {
   }
 }
 
-TEST(Ud, SendAndSendWithImmOverIpv4) {
-  Ud u;
+class UdPath : public ::testing::TestWithParam<PacketPath> {};
+
+TEST_P(UdPath, SendAndSendWithImmOverIpv4) {
+  Ud u(over(GetParam()));
   send_and_check(u);
 }
 
@@ -112,8 +114,8 @@ TEST(Ud, SendAndSendWithImmOverIpv6) {
   send_and_check(u);
 }
 
-TEST(Ud, QkeyCheck) {
-  Ud u;
+TEST_P(UdPath, QkeyCheck) {
+  Ud u(over(GetParam()));
   Pair& p = u.p;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(post_recv(*p.b.qp, 80 + i, {p.b.sge(i * 1024, 1024)}).ok());
   Sge s = p.a.sge(0, 64);
@@ -152,8 +154,8 @@ TEST(Ud, MessageLargerThanMtuIsRejected) {
   EXPECT_TRUE(drain(*p.a.scq, 5).empty());
 }
 
-TEST(Ud, NoReceiveOrShortReceive) {
-  Ud u;
+TEST_P(UdPath, NoReceiveOrShortReceive) {
+  Ud u(over(GetParam()));
   Pair& p = u.p;
   Sge s = p.a.sge(0, 100);
   ASSERT_TRUE(post_send(*p.a.qp, u.wr(1, &s)).ok());
@@ -169,6 +171,8 @@ TEST(Ud, NoReceiveOrShortReceive) {
   EXPECT_EQ(p.b.counters().ud_len_errors, 1u);
   EXPECT_EQ(p.b.qp->query().qp_state, QpState::rts) << "UD stays usable";
 }
+
+INSTANTIATE_TEST_SUITE_P(Over, UdPath, kEveryPacketPath, PacketPathName);
 
 }  // namespace
 }  // namespace uroce::test
