@@ -254,6 +254,42 @@ class Netns:
             self.guard = None
 
 
+def rejected(patterns, outputs):
+    """Names each output (a dict name -> text) that matches one of the
+    rejected patterns; True if any did."""
+    found = False
+    for pattern in patterns:
+        for n, text in outputs.items():
+            m = re.search(pattern, text, re.M)
+            if m:
+                print(f"{n} output has {m.group(0)!r} (rejected: {pattern!r})")
+                found = True
+    return found
+
+
+def kill_group(p):
+    """Kills process p's whole process group (it was started with
+    start_new_session) unless it has ended, and reaps it."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+
+
+def clean_up(procs, capture, netns, work):
+    """The end of every run, passed or not: no process, capture, namespace
+    or scratch directory of the run is left behind."""
+    for p in procs:
+        kill_group(p)
+    if capture:
+        capture.stop()
+    if netns:
+        netns.delete()
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -400,30 +436,14 @@ def main():
             if not re.search(pattern, outputs[checked], re.M):
                 print(f"{checked} output does not match {pattern!r}")
                 ok = False
-        for pattern in a.reject:
-            for n, text in outputs.items():
-                m = re.search(pattern, text, re.M)
-                if m:
-                    print(f"{n} output has {m.group(0)!r} (rejected: {pattern!r})")
-                    ok = False
+        ok &= not rejected(a.reject, outputs)
         for n, text in outputs.items():
             print(f"----- {n} output" + ("" if len(text) < 6000 else " (tail)"))
             print(text[-6000:].rstrip())
         if capture and not capture.check(a.min_frames):
             ok = False
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                p.wait()
-        if capture:
-            capture.stop()
-        if netns:
-            netns.delete()
-        shutil.rmtree(work, ignore_errors=True)
+        clean_up(procs, capture, netns, work)
     print("RESULT:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

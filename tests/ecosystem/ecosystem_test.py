@@ -42,7 +42,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "compat"))
-from run_program import Netns, free_port, listening  # noqa: E402
+from run_program import Netns, free_port, kill_group, listening  # noqa: E402
 
 SKIP = 77
 
@@ -96,12 +96,7 @@ class Runner:
 
     def kill_all(self):
         for _, p, _ in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+            kill_group(p)
 
     def dump(self):
         for name, p, _ in self.procs:

@@ -384,12 +384,7 @@ def main():
             if not re.search(pattern, both.get("server", ""), re.M):
                 print(f"server output does not match {pattern!r}")
                 ok = False
-        for pattern in a.reject:
-            for n, text in outputs.items():
-                m = re.search(pattern, text, re.M)
-                if m:
-                    print(f"{n} output has {m.group(0)!r} (rejected: {pattern!r})")
-                    ok = False
+        ok &= not rp.rejected(a.reject, outputs)
         if a.rping_data:
             count, size = (int(x) for x in a.rping_data.split(":"))
             problems = check_rping(outputs["client"], "ping data: ", count, size, "client")
@@ -420,18 +415,7 @@ def main():
             print("tshark cannot capture here: the wire is not checked")
             return 77
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                p.wait()
-        if capture:
-            capture.stop()
-        if netns:
-            netns.delete()
-        shutil.rmtree(work, ignore_errors=True)
+        rp.clean_up(procs, capture, netns, work)
     print("RESULT:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

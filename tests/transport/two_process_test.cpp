@@ -1,22 +1,58 @@
 // Two processes on 127.0.0.1: this one and a forked child each open their
 // own device (one may get UDP port 4791, else both fall back to ephemeral
 // ports; the host registry lets each find the other), exchange QPN, rkey and
-// address over pipes, then SEND (both ways), WRITE, READ and atomics run
-// between them, byte-exact.  The child reports through its exit code.
+// address over pipes, then SEND (both ways), WRITE, READ (50 KB .. 2 MiB:
+// GSO trains) and atomics run between them, byte-exact, path MTU 4096.  The
+// child reports through its exit code.  Over each packet path between
+// processes:
+//  - Udp: the UDP sockets;
+//  - Shm: UROCE_SHM=1 with a private UROCE_SHM_DIR -- and every packet each
+//    NIC received came through its shared-memory ring, none through its
+//    socket, with no ICRC failing or needing its IPv4 ID solved; the rings
+//    go with their NICs.
 #include "two_process.hpp"
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <string>
+
+#include "net/shm_ring.hpp"
+
 namespace uroce::test {
 namespace {
 
+constexpr size_t kBuf = 4 << 20;
+constexpr size_t kBig = 2 << 20;  // the big WRITE / READ, at offset kBig
+
 using namespace two_proc;
 
-int child_main(int in, int out) {
-  End e;
+enum class Between { udp, shm };
+
+// Every packet the NIC of `e` received came through its ring (none by UDP).
+// Returns how many it received; 0 on a mismatch.
+uint64_t all_through_ring(const End& e) {
+  auto ring = net::ShmRing::attach(net::shm_ring_path(net::shm_dir(), e.ctx->nic().local()));
+  if (!ring.ok()) return 0;
+  std::lock_guard g(e.ctx->nic().mu());
+  const Counters c = e.ctx->nic().snapshot();
+  const uint64_t via_ring = (*ring)->header().rx_packets.load();
+  if (c.rx_packets != via_ring || c.rx_icrc_bad != 0 || c.rx_icrc_id_solved != 0 || c.rx_malformed != 0) {
+    std::printf("pid %d: %llu packets, %llu through the ring, ICRC bad %llu, solved %llu\n", int(getpid()),
+                (unsigned long long)c.rx_packets, (unsigned long long)via_ring, (unsigned long long)c.rx_icrc_bad,
+                (unsigned long long)c.rx_icrc_id_solved);
+    return 0;
+  }
+  return via_ring;
+}
+
+// The child: exit code 0 on success, else the number of the failed step.
+int child_main(int in, int out, Between path) {
+  End e(kBuf, Mtu::m4096);
   if (!e.open()) return 10;
   fill_pattern(e.buf.data() + 300000, 200000, 3);  // for the parent's READ
   uint64_t counter = 1000;
@@ -28,17 +64,60 @@ int child_main(int in, int out) {
   if (!send_cmd(out, 'C') || !expect_cmd(in, 'C')) return 14;
   if (!e.complete(WcOpcode::recv, 50000, 7) || !e.same(0, 1, 50000)) return 2;  // parent's SEND
   if (!expect_cmd(in, 'W') || !e.same(100000, 2, 100000)) return 3;             // parent's WRITE
-  if (!expect_cmd(in, 'A')) return 4;                                           // parent's atomics
+  if (!expect_cmd(in, 'B') || !e.same(kBig, 5, kBig)) return 8;                 // parent's big WRITE
+  fill_pattern(e.buf.data() + kBig, kBig, 6);                                   // for its big READ
+  e.sync();  // the NIC thread that reads it for the READ takes the lock after us
+  if (!send_cmd(out, 'b')) return 9;
+  if (!expect_cmd(in, 'A')) return 4;  // parent's atomics
   e.sync();
   std::memcpy(&counter, e.buf.data() + 600000, 8);
   if (counter != 5) return 5;
   fill_pattern(e.buf.data() + 700000, 30000, 4);
   if (!e.post(8, WrOpcode::send, 700000, 30000) || !e.complete(WcOpcode::send, 30000, 8)) return 6;
   if (!expect_cmd(in, 'D')) return 7;
+  if (path == Between::shm && all_through_ring(e) < 100) return 15;
   return 0;
 }
 
-TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
+// Shm: UROCE_SHM=1 and a private UROCE_SHM_DIR for both processes.
+struct ShmEnv {
+  std::string dir;
+  explicit ShmEnv(bool on) {
+    if (!on) return;
+    char tmpl[] = "/dev/shm/uroce-shm-2p-XXXXXX";
+    if (::mkdtemp(tmpl)) dir = tmpl;
+    ::setenv("UROCE_SHM", "1", 1);
+    ::setenv("UROCE_SHM_DIR", dir.c_str(), 1);
+  }
+  ~ShmEnv() {
+    if (dir.empty()) return;
+    ::unsetenv("UROCE_SHM");
+    ::unsetenv("UROCE_SHM_DIR");
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') ::unlink((dir + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(dir.c_str());
+  }
+  size_t files() const {
+    size_t n = 0;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+      ::closedir(d);
+    }
+    return n;
+  }
+};
+
+class TwoProcess : public ::testing::TestWithParam<Between> {};
+
+TEST_P(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
+  const Between path = GetParam();
+  ShmEnv env(path == Between::shm);
+  if (path == Between::shm) {
+    ASSERT_FALSE(env.dir.empty());
+  }
   int p2c[2], c2p[2];
   ASSERT_EQ(pipe(p2c), 0);
   ASSERT_EQ(pipe(c2p), 0);
@@ -47,7 +126,7 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   if (pid == 0) {
     close(p2c[1]);
     close(c2p[0]);
-    _exit(child_main(p2c[0], c2p[1]));
+    _exit(child_main(p2c[0], c2p[1], path));
   }
   close(p2c[0]);
   close(c2p[1]);
@@ -60,7 +139,7 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
     close(out);
     return status;
   };
-  End e;
+  End e(kBuf, Mtu::m4096);
   Info peer{}, mine{};
   int step = 0;
   const bool ok = ++step && e.open() && ++step && read_full(in, &peer, sizeof peer) && ++step &&
@@ -81,6 +160,13 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   EXPECT_TRUE(e.post(2, WrOpcode::rdma_write, 100000, 100000, &peer, 100000) &&
               e.complete(WcOpcode::rdma_write, 100000, 2));
   EXPECT_TRUE(send_cmd(out, 'W'));
+  // 2 MiB each way: 512 packets of 4 KiB in GSO trains (split into ring
+  // slots over shared memory).
+  fill_pattern(e.buf.data() + kBig, kBig, 5);
+  EXPECT_TRUE(e.post(10, WrOpcode::rdma_write, kBig, kBig, &peer, kBig) && e.complete(WcOpcode::rdma_write, kBig, 10));
+  EXPECT_TRUE(send_cmd(out, 'B') && expect_cmd(in, 'b'));
+  EXPECT_TRUE(e.post(11, WrOpcode::rdma_read, kBig, kBig, &peer, kBig) && e.complete(WcOpcode::rdma_read, kBig, 11));
+  EXPECT_TRUE(e.same(kBig, 6, kBig));
   // READ the child's pattern.
   EXPECT_TRUE(e.post(3, WrOpcode::rdma_read, 300000, 200000, &peer, 300000) &&
               e.complete(WcOpcode::rdma_read, 200000, 3));
@@ -101,6 +187,9 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   EXPECT_TRUE(e.complete(WcOpcode::recv, 30000, 9));
   EXPECT_TRUE(e.same(800000, 4, 30000));
   EXPECT_TRUE(send_cmd(out, 'D'));
+  if (path == Between::shm) {
+    EXPECT_GE(all_through_ring(e), 100u);
+  }
   // The child exits on its own; give it the time of a few waits, no more.
   int status = -1;
   for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i) usleep(50000);
@@ -112,7 +201,17 @@ TEST(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   }
   ASSERT_TRUE(WIFEXITED(status)) << "child did not exit (status " << status << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child failed at step " << WEXITSTATUS(status);
+  if (path == Between::shm) {
+    EXPECT_EQ(env.files(), 1u);  // ours; the child's NIC removed its ring
+    e.close();
+    EXPECT_EQ(env.files(), 0u);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Over, TwoProcess, ::testing::Values(Between::udp, Between::shm),
+                         [](const ::testing::TestParamInfo<Between>& i) {
+                           return i.param == Between::udp ? "Udp" : "Shm";
+                         });
 
 }  // namespace
 }  // namespace uroce::test
