@@ -11,6 +11,7 @@
 
 #include "net/fake_io.hpp"
 #include "transport/nic.hpp"
+#include "transport/qp_engine.hpp"
 #include "verbs/context.hpp"
 #include "verbs/cq.hpp"
 #include "verbs/mr.hpp"
@@ -131,11 +132,7 @@ void bring_up(Qp& qp, uint32_t dest_qpn) {
 // Keeps a few receives posted: 1 KiB each, round robin over the region.
 void replenish(Qp& qp, size_t want) {
   while (qp.query().cap.max_recv_wr > 0) {
-    size_t have;
-    {
-      std::lock_guard lk(g->ctx->nic().mu());
-      have = qp.rq_.size();
-    }
+    const size_t have = qp.debug_snapshot().rq_size;
     if (have >= want) return;
     const uint32_t slot = g->recv_next++ % 16;
     Sge sge{uint64_t(uintptr_t(g->recv.p)) + slot * 1024, 1024, g->recv.mr->lkey()};
@@ -212,11 +209,7 @@ void one_input(const uint8_t* data, size_t size) {
   if (pkt.size() >= wire::kBthLen) {
     if (dst) wire::store_be24(pkt.data() + 5, dst->qpn());
     if ((c0 & 0x10) && dst) {
-      uint32_t epsn;
-      {
-        std::lock_guard lk(g->ctx->nic().mu());
-        epsn = dst->resp_.epsn;
-      }
+      const uint32_t epsn = dst->debug_snapshot().epsn;
       const int8_t delta = int8_t(pkt[11]);
       wire::store_be24(pkt.data() + 9, (epsn + uint32_t(int32_t(delta))) & 0xffffff);
     }

@@ -17,22 +17,22 @@ using verbs::WcStatus;
 
 // Moves una forward to `una` and, if transmission had been rewound behind
 // it, forward as well (the peer got those packets after all).
-void advance_una(Nic& nic, verbs::Qp& qp, uint32_t una) noexcept {
-  RequesterState& r = qp.req_;
+void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
+  RequesterState& r = qp.req;
   if (!psn_before(r.una_psn, una)) return;
   window_on_ack(qp, uint32_t(psn_diff(una, r.una_psn)));
   r.una_psn = una;
-  r.retry_left = qp.attr_.retry_cnt;
-  if (qp.attr_.rnr_retry != 7) r.rnr_left = qp.attr_.rnr_retry;
-  r.deadline = nic.now() + retransmit_interval(qp.attr_.timeout);
+  r.retry_left = qp.attr.retry_cnt;
+  if (qp.attr.rnr_retry != 7) r.rnr_left = qp.attr.rnr_retry;
+  r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
   if (r.una_psn == r.next_psn) r.timer_armed = false;
   if (psn_before(r.send_psn, una)) {
     uint32_t idx;
     if (find_wqe(qp, una, idx)) {
       go_back(nic, qp, una);
     } else {  // everything assigned is acknowledged
-      uint32_t i = qp.sq_.head();
-      while (i != qp.sq_.tail() && qp.sq_.at(i).assigned) ++i;
+      uint32_t i = qp.sq.head();
+      while (i != qp.sq.tail() && qp.sq.at(i).assigned) ++i;
       r.send_idx = i;
       r.send_pkt = 0;
       r.send_psn = r.next_psn;
@@ -44,15 +44,15 @@ void advance_una(Nic& nic, verbs::Qp& qp, uint32_t una) noexcept {
 // Marks every WQE whose PSNs all lie at or before `last` as done, in order.
 // A READ or atomic without its response stops the walk: its response was
 // lost, so it is asked for again.  Returns false if it had to rewind.
-bool ack_through(Nic& nic, verbs::Qp& qp, uint32_t last) noexcept {
-  auto& sq = qp.sq_;
+bool ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
+  auto& sq = qp.sq;
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
     if (!w.assigned || psn_diff(psn_add(w.first_psn, w.npkts - 1), last) > 0) break;
     if (w.done) continue;
     if (is_rd_atomic(w.opcode)) {
       const uint32_t missing = psn_add(w.first_psn, w.read_done);
-      if (psn_before(qp.req_.una_psn, missing)) advance_una(nic, qp, missing);
+      if (psn_before(qp.req.una_psn, missing)) advance_una(nic, qp, missing);
       ++nic.counters().req_read_gaps;
       window_on_loss(nic, qp, false);
       go_back(nic, qp, missing);
@@ -66,7 +66,7 @@ bool ack_through(Nic& nic, verbs::Qp& qp, uint32_t last) noexcept {
   return true;
 }
 
-void on_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t code) noexcept {
+void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
   Counters& c = nic.counters();
   // Everything before the NAKed PSN arrived.
   if (!ack_through(nic, qp, psn_add(psn, kPsnMask)) || qp.state() == verbs::QpState::err) return;
@@ -88,13 +88,13 @@ void on_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t code) noexcept {
   if (find_wqe(qp, psn, idx)) fail_wqe(nic, qp, idx, st);
 }
 
-void on_rnr_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t timer) noexcept {
-  RequesterState& r = qp.req_;
+void on_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t timer) noexcept {
+  RequesterState& r = qp.req;
   ++nic.counters().req_rnr_naks_rcvd;
   if (!ack_through(nic, qp, psn_add(psn, kPsnMask)) || qp.state() == verbs::QpState::err) return;
   uint32_t idx;
   if (!find_wqe(qp, psn, idx)) return;
-  if (qp.attr_.rnr_retry != 7) {
+  if (qp.attr.rnr_retry != 7) {
     if (r.rnr_left == 0) {
       ++nic.counters().req_rnr_retry_exc;
       fail_wqe(nic, qp, idx, WcStatus::rnr_retry_exc_err);
@@ -108,15 +108,15 @@ void on_rnr_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, uint8_t timer) noexcept {
   nic.arm_timer(qp, r.rnr_until);
 }
 
-void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  RequesterState& r = qp.req_;
+void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  RequesterState& r = qp.req;
   const uint32_t psn = pkt.hdr.bth.psn;
   uint32_t idx;
-  if (!find_wqe(qp, psn, idx) || !is_read(qp.sq_.at(idx).opcode)) {
+  if (!find_wqe(qp, psn, idx) || !is_read(qp.sq.at(idx).opcode)) {
     ++nic.counters().req_stale_responses;
     return;
   }
-  SendWqe& w = qp.sq_.at(idx);
+  SendWqe& w = qp.sq.at(idx);
   const uint32_t expected = psn_add(w.first_psn, w.read_done);
   // A READ response says the responder executed everything before the READ:
   // the oldest PSN still missing is that of an earlier READ/atomic without
@@ -124,8 +124,8 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
   uint32_t missing = expected;
   bool earlier = false;
   if (psn_before(r.una_psn, w.first_psn)) {
-    for (uint32_t i = qp.sq_.head(); i != idx; ++i) {
-      const SendWqe& x = qp.sq_.at(i);
+    for (uint32_t i = qp.sq.head(); i != idx; ++i) {
+      const SendWqe& x = qp.sq.at(i);
       if (!x.done && is_rd_atomic(x.opcode)) {
         missing = psn_add(x.first_psn, x.read_done);
         earlier = true;
@@ -159,8 +159,8 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
   }
   const uint32_t flags = pkt.info->flags;
   const bool last_pkt = w.read_done + 1 == w.npkts;
-  const uint32_t off = w.read_done * qp.mtu_;
-  const uint32_t want = last_pkt ? w.length - off : qp.mtu_;
+  const uint32_t off = w.read_done * qp.mtu;
+  const uint32_t want = last_pkt ? w.length - off : qp.mtu;
   // Responses come FIRST..LAST per READ request, and a READ WQE is asked for
   // in segments (and its tail again after a loss), so LAST/ONLY may end a
   // segment; only the WQE's final packet must be one.
@@ -170,7 +170,7 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
   }
   // A READ response acknowledges everything before the READ.
   if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
-  if (!scatter(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, off, pkt.payload)) {
+  if (!scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, off, pkt.payload)) {
     fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
     return;
   }
@@ -184,32 +184,32 @@ void on_read_response(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept
   advance_una(nic, qp, psn_add(psn, 1));
 }
 
-void on_atomic_ack(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
+void on_atomic_ack(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   uint32_t idx;
-  if (!find_wqe(qp, psn, idx) || !is_atomic(qp.sq_.at(idx).opcode) || qp.sq_.at(idx).done) {
+  if (!find_wqe(qp, psn, idx) || !is_atomic(qp.sq.at(idx).opcode) || qp.sq.at(idx).done) {
     ++nic.counters().req_stale_responses;
     return;
   }
-  SendWqe& w = qp.sq_.at(idx);
+  SendWqe& w = qp.sq.at(idx);
   if (!ack_through(nic, qp, psn_add(psn, kPsnMask))) return;
   const uint64_t orig = pkt.hdr.atomic_ack.orig;
   uint8_t bytes[8];
   std::memcpy(bytes, &orig, 8);
-  if (w.num_sge && !scatter(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, 0, {bytes, 8})) {
+  if (w.num_sge && !scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, 0, {bytes, 8})) {
     fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
     return;
   }
   w.done = true;
-  --qp.req_.rd_atomic;
+  --qp.req.rd_atomic;
   retire(nic, qp);
   advance_una(nic, qp, psn_add(psn, 1));
 }
 
 }  // namespace
 
-void completer_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  RequesterState& r = qp.req_;
+void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  RequesterState& r = qp.req;
   const uint32_t psn = pkt.hdr.bth.psn;
   // Only PSNs in [una, next) can be answered; anything else is a stale
   // duplicate (or forged): ignored.  A NAK may name una itself.

@@ -14,9 +14,7 @@
 #include "net/udp_io.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
-#include "verbs/comp_channel.hpp"
-#include "verbs/cq.hpp"
-#include "verbs/qp.hpp"
+#include "transport/qp_engine.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
 
@@ -184,7 +182,7 @@ Nic::~Nic() {
   if (it != nics().end() && it->second.expired()) nics().erase(it);
 }
 
-Status Nic::attach(verbs::Qp& qp, uint32_t& qpn_out) {
+Status Nic::attach(QpEngine& qp) {
   std::lock_guard g(mu_);
   uint32_t index;
   if (!free_qp_.empty()) {
@@ -199,11 +197,11 @@ Status Nic::attach(verbs::Qp& qp, uint32_t& qpn_out) {
   uint32_t qpn = (slot_ << kQpIndexBits | index) & kPsnMask;
   if (qpn == 0xffffff) return err::nomem("QP number space exhausted");
   qps_[index] = &qp;
-  qpn_out = qpn;
+  qp.qpn_ = qpn;
   return {};
 }
 
-void Nic::detach(verbs::Qp& qp) noexcept {
+void Nic::detach(QpEngine& qp) noexcept {
   uint32_t index = qp.qpn() & kQpIndexMask;
   if (qps_[index] == &qp) {
     qps_[index] = nullptr;
@@ -212,13 +210,13 @@ void Nic::detach(verbs::Qp& qp) noexcept {
   detach_lists(qp);
 }
 
-void Nic::detach_lists(verbs::Qp& qp) noexcept {
+void Nic::detach_lists(QpEngine& qp) noexcept {
   if (qp.in_ready_) std::erase(ready_, &qp);
   if (qp.in_lazy_) std::erase(lazy_, &qp);
   qp.in_ready_ = qp.in_lazy_ = false;
 }
 
-verbs::Qp* Nic::find_qp(uint32_t qpn) const noexcept {
+QpEngine* Nic::find_qp(uint32_t qpn) const noexcept {
   if ((qpn >> kQpIndexBits) != slot_) return nullptr;
   return qps_[qpn & kQpIndexMask];
 }
@@ -288,14 +286,14 @@ Clock::time_point Nic::maybe_publish_stats() noexcept {
 
 // ---------------------------------------------------------------- transmit
 
-void Nic::schedule(verbs::Qp& qp) noexcept {
+void Nic::schedule(QpEngine& qp) noexcept {
   if (!qp.in_ready_) {
     qp.in_ready_ = true;
     ready_.push_back(&qp);
   }
 }
 
-void Nic::schedule_ack(verbs::Qp& qp) noexcept {
+void Nic::schedule_ack(QpEngine& qp) noexcept {
   if (!qp.in_ready_ && !qp.in_lazy_) {
     qp.in_lazy_ = true;
     lazy_.push_back(&qp);
@@ -304,7 +302,7 @@ void Nic::schedule_ack(verbs::Qp& qp) noexcept {
 
 void Nic::pump() noexcept {
   while (!ready_.empty()) {
-    verbs::Qp* qp = ready_.front();
+    QpEngine* qp = ready_.front();
     ready_.pop_front();
     qp->in_ready_ = false;
     // Responses first, as hardware would have sent them: an ACK that waited
@@ -325,7 +323,7 @@ void Nic::pump() noexcept {
 }
 
 void Nic::flush_acks() noexcept {
-  for (verbs::Qp* qp : lazy_) {
+  for (QpEngine* qp : lazy_) {
     qp->in_lazy_ = false;
     if (tx_.full()) tx_.flush(*io_, counters_);
     responder_flush_ack(*this, *qp);
@@ -383,7 +381,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     gsi_receive(pkt, raw);
     return;
   }
-  verbs::Qp* qp = find_qp(pkt.hdr.bth.dest_qp);
+  QpEngine* qp = find_qp(pkt.hdr.bth.dest_qp);
   if (!qp) {
     ++counters_.rx_unknown_qp;
     return;
@@ -406,7 +404,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     return;
   }
   // A connected QP listens to its peer only.
-  if (raw.src.addr != qp->peer_.addr) {
+  if (raw.src.addr != qp->peer.addr) {
     ++counters_.rx_foreign_source;
     return;
   }
@@ -422,7 +420,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
 
 // ------------------------------------------------------------------ timers
 
-void Nic::arm_timer(verbs::Qp& qp, Clock::time_point when) noexcept {
+void Nic::arm_timer(QpEngine& qp, Clock::time_point when) noexcept {
   if (qp.timer_queued_ && qp.timer_when_ <= when) return;
   qp.timer_queued_ = true;
   qp.timer_when_ = when;
@@ -435,16 +433,12 @@ void Nic::run_timers() noexcept {
   while (!timers_.empty() && timers_.top().when <= now_) {
     Timer t = timers_.top();
     timers_.pop();
-    verbs::Qp* qp = find_qp(t.qpn);
+    QpEngine* qp = find_qp(t.qpn);
     if (!qp || !qp->timer_queued_ || qp->timer_when_ != t.when) continue;
     qp->timer_queued_ = false;
     requester_on_timer(*this, *qp);
   }
   pump();
-}
-
-void Nic::cq_notify(verbs::Cq& cq) noexcept {
-  if (verbs::CompChannel* ch = cq.channel()) ch->post(cq);
 }
 
 }  // namespace uroce::transport

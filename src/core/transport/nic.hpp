@@ -31,14 +31,10 @@
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
 #include "transport/counters.hpp"
-#include "transport/queues.hpp"
+#include "transport/ports.hpp"
 #include "transport/tx_batch.hpp"
+#include "transport/work_queue.hpp"
 #include "uroce/faults.hpp"
-
-namespace uroce::verbs {
-class Qp;
-class Cq;
-}  // namespace uroce::verbs
 
 namespace uroce::wire {
 struct Packet;
@@ -50,6 +46,8 @@ class StatsPublisher;
 }  // namespace uroce::net
 
 namespace uroce::transport {
+
+class QpEngine;
 
 struct NicConfig {
   std::string name = "uroce0";
@@ -93,10 +91,11 @@ class Nic {
   void publish_stats() noexcept;
 
   // QPN allocation (unique on the host: registry slot << 14 | index).
-  Status attach(verbs::Qp& qp, uint32_t& qpn_out);
-  void detach(verbs::Qp& qp) noexcept;        // NIC lock held
-  void detach_lists(verbs::Qp& qp) noexcept;  // off the transmit/ACK lists
-  verbs::Qp* find_qp(uint32_t qpn) const noexcept;
+  // Gives the engine its QP number (and a place in the QP table).
+  Status attach(QpEngine& qp);
+  void detach(QpEngine& qp) noexcept;        // NIC lock held
+  void detach_lists(QpEngine& qp) noexcept;  // off the transmit/ACK lists
+  QpEngine* find_qp(uint32_t qpn) const noexcept;
 
   // UDP endpoint of (gid, qpn): a same-host peer's published port, else
   // 4791.  Answers are cached for a second (the registry lookup costs
@@ -106,14 +105,19 @@ class Nic {
   Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false) noexcept;
 
   // ---- NIC lock held ----
-  void schedule(verbs::Qp& qp) noexcept;      // qp has packets to send
-  void schedule_ack(verbs::Qp& qp) noexcept;  // qp has only a coalescable ACK
-  void pump() noexcept;                       // send what is scheduled
-  void flush_acks() noexcept;                 // send lazy ACKs now
+  void schedule(QpEngine& qp) noexcept;      // qp has packets to send
+  void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
+  void pump() noexcept;                      // send what is scheduled
+  void flush_acks() noexcept;                // send lazy ACKs now
   // Receives one batch and processes it; returns the packets handled.
   size_t poll_rx() noexcept;
-  void arm_timer(verbs::Qp& qp, Clock::time_point when) noexcept;
-  void cq_notify(verbs::Cq& cq) noexcept;  // an armed CQ got its completion
+  void arm_timer(QpEngine& qp, Clock::time_point when) noexcept;
+  // Completes `wc` into `cq`, counted (completions, cq_overflows).
+  bool deliver(CompletionSink& cq, const verbs::Wc& wc, bool solicited) noexcept {
+    const bool ok = cq.complete(wc, solicited);
+    ++(ok ? counters_.completions : counters_.cq_overflows);
+    return ok;
+  }
   TxBatch& tx() noexcept { return tx_; }
   void flush_tx() noexcept { tx_.flush(*io_, counters_); }
   Clock::time_point now() const noexcept { return now_; }
@@ -195,12 +199,12 @@ class Nic {
   std::map<std::pair<uint32_t, IpAddr>, Resolved> resolved_;
 
   // QPs of this NIC by index (qpn & 0x3fff).
-  std::vector<verbs::Qp*> qps_;
+  std::vector<QpEngine*> qps_;
   std::vector<uint32_t> free_qp_;
   uint32_t next_qp_ = 2;  // indexes 0 and 1 are never used (QP0, QP1)
 
-  std::deque<verbs::Qp*> ready_;  // QPs with packets to send
-  std::vector<verbs::Qp*> lazy_;  // QPs with only an ACK to send
+  std::deque<QpEngine*> ready_;  // QPs with packets to send
+  std::vector<QpEngine*> lazy_;  // QPs with only an ACK to send
   struct Timer {
     Clock::time_point when;
     uint32_t qpn;

@@ -11,29 +11,27 @@
 #include "net/packet_io.hpp"
 #include "wire/packet.hpp"
 
-namespace uroce::verbs {
-class Qp;
-}
-
 namespace uroce::transport {
+
+class QpEngine;
 
 class Nic;
 
 // Emits request packets of `qp` into the NIC's batch, at most `budget`
 // (decremented).  Returns true if it stopped on the budget with more to send.
-bool requester_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept;
+bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept;
 // Emits queued responses (READ data, atomic ACKs, then the coalesced ACK/NAK).
-bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept;
+bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept;
 // Sends only the coalesced ACK (lazy list).
-void responder_flush_ack(Nic& nic, verbs::Qp& qp) noexcept;
+void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept;
 
-void completer_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept;
-void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept;
-void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
+void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
+void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
+void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
 
 // A timer of `qp` fired (or may have): retransmit, end an RNR wait, re-arm.
-void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept;
+void requester_on_timer(Nic& nic, QpEngine& qp) noexcept;
 // Starts (or keeps) the retransmission timer after packets went out.
-void requester_arm_retransmit(Nic& nic, verbs::Qp& qp) noexcept;
+void requester_arm_retransmit(Nic& nic, QpEngine& qp) noexcept;
 
 }  // namespace uroce::transport

@@ -11,7 +11,6 @@
 #include "common/log.hpp"
 #include "transport/protocol.hpp"
 #include "transport/sge.hpp"
-#include "verbs/cq.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
@@ -52,11 +51,11 @@ uint8_t data_opcode(bool uc, WrOpcode op, bool first, bool last) noexcept {
   return uint8_t(base | o);
 }
 
-wire::Headers base_headers(const verbs::Qp& qp, uint8_t opcode, uint32_t psn) noexcept {
+wire::Headers base_headers(const QpEngine& qp, uint8_t opcode, uint32_t psn) noexcept {
   wire::Headers h;
   h.bth.opcode = opcode;
   h.bth.pkey = 0xffff;
-  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = psn;
   return h;
 }
@@ -67,21 +66,21 @@ void ensure_room(Nic& nic) noexcept {
 
 // First transmission of a WQE: checks and PSN assignment.  False if it must
 // wait (fence, rd/atomic limit) or failed (QP now in ERR).
-bool start_wqe(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
-  RequesterState& r = qp.req_;
+bool start_wqe(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
+  RequesterState& r = qp.req;
   const bool rc = qp.type() == verbs::QpType::rc;
   if (rc && (w.flags & verbs::send_flags::kFence) && r.rd_atomic > 0) return false;
-  if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr_.max_rd_atomic)) return false;
+  if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr.max_rd_atomic)) return false;
   if (!w.is_inline) {
     uint32_t need = is_rd_atomic(w.opcode) ? verbs::access::kLocalWrite : 0;
-    std::span<const verbs::Sge> sges(qp.sq_.sges(idx), w.num_sge);
-    if (!check_sges(qp.pd(), sges, need)) {
+    std::span<const verbs::Sge> sges(qp.sq.sges(idx), w.num_sge);
+    if (!check_sges(qp.mem(), sges, need)) {
       fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
       return false;
     }
   }
   w.first_psn = r.next_psn;
-  w.npkts = is_atomic(w.opcode) ? 1 : packets_for(w.length, qp.mtu_);
+  w.npkts = is_atomic(w.opcode) ? 1 : packets_for(w.length, qp.mtu);
   w.read_done = w.read_req = 0;
   w.assigned = true;
   r.next_psn = psn_add(r.next_psn, w.npkts);
@@ -91,9 +90,9 @@ bool start_wqe(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
   return true;
 }
 
-void count_packet(Nic& nic, verbs::Qp& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
+void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
   ++nic.counters().req_packets;
-  RequesterState& r = qp.req_;
+  RequesterState& r = qp.req;
   if (psn_before(psn, r.sent_hwm))
     ++nic.counters().req_retransmits;
   else
@@ -102,9 +101,9 @@ void count_packet(Nic& nic, verbs::Qp& qp, uint32_t psn, uint32_t npsn = 1) noex
 
 // Emits the next packet of a SEND/WRITE (RC or UC).  Returns false when the
 // message is finished.
-bool emit_data(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
-  RequesterState& r = qp.req_;
-  const uint32_t mtu = qp.mtu_;
+bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
+  RequesterState& r = qp.req;
+  const uint32_t mtu = qp.mtu;
   const uint32_t off = r.send_pkt * mtu;
   const uint32_t len = std::min(mtu, w.length - off);
   const bool first = r.send_pkt == 0;
@@ -123,16 +122,16 @@ bool emit_data(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
   h.ieth = w.imm;
   std::span<const uint8_t> body;
   if (w.is_inline) {
-    body = {qp.sq_.inline_data(idx) + off, len};
+    body = {qp.sq.inline_data(idx) + off, len};
   } else {
     bool ok;
-    body = gather(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, off, len, nic.tx().scratch(), ok);
+    body = gather(qp.mem(), {qp.sq.sges(idx), w.num_sge}, off, len, nic.tx().scratch(), ok);
     if (!ok) {
       fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
       return false;
     }
   }
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, body, qp.attr_.ah_attr.traffic_class);
+  nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class);
   count_packet(nic, qp, r.send_psn);
   r.send_psn = psn_add(r.send_psn, 1);
   ++r.send_pkt;
@@ -142,14 +141,14 @@ bool emit_data(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
 // READ requests go out in segments of max_window_pkts() response packets,
 // aligned at multiples of it from the READ's first packet; the next segment
 // is asked for once the responses outstanding fall to half the send window.
-bool read_segment_due(const verbs::Qp& qp, const SendWqe& w) noexcept {
+bool read_segment_due(const QpEngine& qp, const SendWqe& w) noexcept {
   return w.read_req - w.read_done <= window_pkts(qp) / 2;
 }
 
 // Emits the next READ request segment.  Returns true if the WQE still has
 // segments to request (it then holds the send queue: PSNs are in order).
-bool emit_read(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
-  RequesterState& r = qp.req_;
+bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
+  RequesterState& r = qp.req;
   // A re-request (after a gap or a timeout) asks from the first missing
   // response to the end of its aligned segment, never across: it then lies
   // within one earlier request, which the responder either executed (it
@@ -159,20 +158,20 @@ bool emit_read(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
   const uint32_t seg = max_window_pkts(qp);
   const uint32_t n = std::min(w.npkts, (w.read_req / seg + 1) * seg) - w.read_req;
   const uint32_t psn = psn_add(w.first_psn, w.read_req);
-  const uint64_t off = uint64_t(w.read_req) * qp.mtu_;
+  const uint64_t off = uint64_t(w.read_req) * qp.mtu;
   wire::Headers h = base_headers(qp, uint8_t(Opcode::rc_read_request), psn);
   h.bth.ack_req = true;
   h.reth.va = w.remote_addr + off;
   h.reth.rkey = w.rkey;
-  h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu_, w.length - off));
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
+  nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
   count_packet(nic, qp, h.bth.psn, n);
   w.read_req += n;
   r.send_psn = psn_add(w.first_psn, w.read_req);
   return w.read_req < w.npkts;
 }
 
-void emit_atomic(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
+void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   const bool cas = w.opcode == WrOpcode::atomic_cmp_and_swp;
   wire::Headers h = base_headers(qp, uint8_t(cas ? Opcode::rc_compare_swap : Opcode::rc_fetch_add), w.first_psn);
   h.bth.ack_req = true;
@@ -180,12 +179,12 @@ void emit_atomic(Nic& nic, verbs::Qp& qp, SendWqe& w) noexcept {
   h.atomic.rkey = w.rkey;
   h.atomic.swap_add = cas ? w.swap : w.compare_add;
   h.atomic.compare = cas ? w.compare_add : 0;
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
   count_packet(nic, qp, w.first_psn);
-  qp.req_.send_psn = psn_add(w.first_psn, 1);
+  qp.req.send_psn = psn_add(w.first_psn, 1);
 }
 
-void emit_ud(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
+void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   const bool imm = w.opcode == WrOpcode::send_with_imm;
   wire::Headers h;
   h.bth.opcode = uint8_t(imm ? Opcode::ud_send_only_imm : Opcode::ud_send_only);
@@ -193,21 +192,21 @@ void emit_ud(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
   h.bth.solicited = w.flags & verbs::send_flags::kSolicited;
   h.bth.dest_qp = w.ud_qpn;
   h.bth.psn = w.first_psn;
-  h.deth.qkey = (w.ud_qkey & 0x80000000u) ? qp.attr_.qkey : w.ud_qkey;
+  h.deth.qkey = (w.ud_qkey & 0x80000000u) ? qp.attr.qkey : w.ud_qkey;
   h.deth.src_qp = qp.qpn();
   h.imm = w.imm;
   std::span<const uint8_t> body;
   if (w.is_inline) {
-    body = {qp.sq_.inline_data(idx), w.length};
+    body = {qp.sq.inline_data(idx), w.length};
   } else {
     bool ok;
-    body = gather(qp.pd(), {qp.sq_.sges(idx), w.num_sge}, 0, w.length, nic.tx().scratch(), ok);
+    body = gather(qp.mem(), {qp.sq.sges(idx), w.num_sge}, 0, w.length, nic.tx().scratch(), ok);
     if (!ok) {
       fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
       return;
     }
   }
-  wire::IpUdpFields ip = qp.icrc_ip_;
+  wire::IpUdpFields ip = qp.icrc_ip;
   ip.dst = w.ud_dst.addr;
   ip.dst_port = w.ud_dst.port;
   nic.tx().add(w.ud_dst, ip, h, body, w.ud_tclass);
@@ -216,8 +215,8 @@ void emit_ud(Nic& nic, verbs::Qp& qp, SendWqe& w, uint32_t idx) noexcept {
 
 }  // namespace
 
-bool requester_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
-  RequesterState& r = qp.req_;
+bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
+  RequesterState& r = qp.req;
   const verbs::QpType type = qp.type();
   const bool rc = type == verbs::QpType::rc;
   bool sent = false;
@@ -225,13 +224,13 @@ bool requester_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
   while (true) {
     const verbs::QpState st = qp.state();
     if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr_wait) break;
-    if (r.send_idx == qp.sq_.tail()) break;
+    if (r.send_idx == qp.sq.tail()) break;
     if (budget == 0) {
       more = true;
       break;
     }
     const uint32_t idx = r.send_idx;
-    SendWqe& w = qp.sq_.at(idx);
+    SendWqe& w = qp.sq.at(idx);
     if (!w.assigned) {
       if (st == verbs::QpState::sqd) break;  // draining: no new messages
       if (!start_wqe(nic, qp, w, idx)) break;

@@ -4,10 +4,11 @@
 
 #include <chrono>
 
+#include "transport/engine_state.hpp"
 #include "transport/nic.hpp"
 #include "transport/psn.hpp"
-#include "transport/queues.hpp"
-#include "verbs/qp.hpp"
+#include "transport/qp_engine.hpp"
+#include "transport/work_queue.hpp"
 
 namespace uroce::transport {
 
@@ -31,20 +32,20 @@ inline bool is_rd_atomic(verbs::WrOpcode op) noexcept { return is_read(op) || is
 inline constexpr uint32_t kMinWindowPkts = 16;
 inline constexpr uint32_t kMaxWindowPkts = 256;
 inline constexpr uint32_t kWindowGrowPkts = 8;
-inline uint32_t max_window_pkts(const verbs::Qp& qp) noexcept {
-  const uint32_t w = (1024u * 1024) / qp.mtu_;
+inline uint32_t max_window_pkts(const QpEngine& qp) noexcept {
+  const uint32_t w = (1024u * 1024) / qp.mtu;
   return w < kMinWindowPkts ? kMinWindowPkts : w > kMaxWindowPkts ? kMaxWindowPkts : w;
 }
-inline uint32_t window_pkts(const verbs::Qp& qp) noexcept {
+inline uint32_t window_pkts(const QpEngine& qp) noexcept {
   const uint32_t m = max_window_pkts(qp);
-  const uint32_t c = qp.req_.cwnd;  // 0: never cut
+  const uint32_t c = qp.req.cwnd;  // 0: never cut
   return c == 0 || c > m ? m : c;
 }
 // A packet was lost (sequence NAK, READ response gap) or, with `timeout`,
 // nothing came back in time.
-void window_on_loss(Nic& nic, verbs::Qp& qp, bool timeout) noexcept;
+void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept;
 // The peer acknowledged `acked` more packets.
-void window_on_ack(verbs::Qp& qp, uint32_t acked) noexcept;
+void window_on_ack(QpEngine& qp, uint32_t acked) noexcept;
 
 // Local ACK timeout of the QP attribute: 4.096 us * 2^timeout, at least 1 ms
 // (a user-space stack's scheduling jitter is larger than a NIC's).  Timeout 0
@@ -55,12 +56,12 @@ std::chrono::nanoseconds rnr_delay(uint8_t timer) noexcept;
 
 // Rewinds transmission to PSN `psn` (go-back-N): the WQE holding it resends
 // from that packet on, and everything after it follows.
-void go_back(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept;
+void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
 // Retires completed WQEs from the SQ head in order, with their completions.
-void retire(Nic& nic, verbs::Qp& qp) noexcept;
+void retire(Nic& nic, QpEngine& qp) noexcept;
 // Completes the WQE at `idx` with an error and moves the QP to ERR.
-void fail_wqe(Nic& nic, verbs::Qp& qp, uint32_t idx, verbs::WcStatus status) noexcept;
+void fail_wqe(Nic& nic, QpEngine& qp, uint32_t idx, verbs::WcStatus status) noexcept;
 // Finds the SQ counter of the assigned WQE whose PSN range holds `psn`.
-bool find_wqe(verbs::Qp& qp, uint32_t psn, uint32_t& idx) noexcept;
+bool find_wqe(QpEngine& qp, uint32_t psn, uint32_t& idx) noexcept;
 
 }  // namespace uroce::transport

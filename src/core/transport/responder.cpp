@@ -14,13 +14,8 @@
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
+#include "transport/qp_engine.hpp"
 #include "transport/sge.hpp"
-#include "verbs/context.hpp"
-#include "verbs/cq.hpp"
-#include "verbs/mr.hpp"
-#include "verbs/pd.hpp"
-#include "verbs/qp.hpp"
-#include "verbs/srq.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -48,8 +43,8 @@ bool final_nak_pending(const ResponderState& s) noexcept {
 
 // `lazy`: the packet completed a receive, so the application may answer it
 // right away and the ACK can leave with that answer (see below).
-void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn, bool lazy) noexcept {
-  ResponderState& s = qp.resp_;
+void queue_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept {
+  ResponderState& s = qp.resp;
   if (nak_pending(s)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
@@ -65,8 +60,8 @@ void queue_ack(Nic& nic, verbs::Qp& qp, uint32_t psn, bool lazy) noexcept {
     nic.schedule_ack(qp);
 }
 
-void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
-  ResponderState& s = qp.resp_;
+void queue_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
+  ResponderState& s = qp.resp;
   if (final_nak_pending(s)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
@@ -90,24 +85,24 @@ void queue_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, wire::AckType type, uint8_
 
 }  // namespace
 
-void responder_nak(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code) noexcept {
+void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code) noexcept {
   queue_nak(nic, qp, psn, wire::AckType::nak, uint8_t(code));
 }
 
 namespace {
 
 // Takes the next receive WQE (SRQ or RQ) into the responder state.
-bool take_recv(verbs::Qp& qp) noexcept {
-  ResponderState& s = qp.resp_;
-  if (verbs::Srq* srq = qp.init_attr().srq) {
+bool take_recv(QpEngine& qp) noexcept {
+  ResponderState& s = qp.resp;
+  if (RecvSource* srq = qp.srq()) {
     if (!srq->take(s.recv, s.recv_sges)) return false;
     s.recv_from_srq = true;
   } else {
-    if (qp.rq_.empty()) return false;
-    const uint32_t h = qp.rq_.head();
-    s.recv = qp.rq_.at(h);
-    s.recv_sges.assign(qp.rq_.sges(h), qp.rq_.sges(h) + s.recv.num_sge);
-    qp.rq_.pop();
+    if (qp.rq.empty()) return false;
+    const uint32_t h = qp.rq.head();
+    s.recv = qp.rq.at(h);
+    s.recv_sges.assign(qp.rq.sges(h), qp.rq.sges(h) + s.recv.num_sge);
+    qp.rq.pop();
     s.recv_from_srq = false;
   }
   s.recv_off = 0;
@@ -115,8 +110,8 @@ bool take_recv(verbs::Qp& qp) noexcept {
 }
 
 // A receive WQE kept from a dropped UC message, else the next one.
-bool acquire_recv(verbs::Qp& qp) noexcept {
-  ResponderState& s = qp.resp_;
+bool acquire_recv(QpEngine& qp) noexcept {
+  ResponderState& s = qp.resp;
   if (s.recv_held) {
     s.recv_held = false;
     s.recv_off = 0;
@@ -132,24 +127,24 @@ void abandon_message(ResponderState& s) noexcept {
   s.in_send = s.in_write = false;
 }
 
-void complete_recv(verbs::Qp& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len, uint32_t flags,
+void complete_recv(Nic& nic, QpEngine& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len, uint32_t flags,
                    uint32_t imm, bool solicited) noexcept {
   verbs::Wc wc;
-  wc.wr_id = qp.resp_.recv.wr_id;
+  wc.wr_id = qp.resp.recv.wr_id;
   wc.status = status;
   wc.opcode = opcode;
   wc.byte_len = byte_len;
   wc.imm_data = imm;
   wc.qp_num = qp.qpn();
-  wc.src_qp = qp.attr_.dest_qp_num;
+  wc.src_qp = qp.attr.dest_qp_num;
   wc.wc_flags = flags;
-  qp.init_attr().recv_cq->push(wc, solicited || status != WcStatus::success);
+  nic.deliver(qp.recv_cq(), wc, solicited || status != WcStatus::success);
 }
 
 // The request cannot be carried out: RC NAKs (and for a receive-side
 // failure the QP enters ERR, IBA 9.9.3); UC drops the message.
-void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus recv_status) noexcept {
-  ResponderState& s = qp.resp_;
+void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus recv_status) noexcept {
+  ResponderState& s = qp.resp;
   const bool had_recv = s.in_send || recv_status != WcStatus::success;
   if (qp.type() == verbs::QpType::uc) {
     abandon_message(s);
@@ -159,7 +154,7 @@ void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus 
   }
   s.in_send = s.in_write = false;
   if (had_recv && recv_status != WcStatus::success) {
-    complete_recv(qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
+    complete_recv(nic, qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
     qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   }
   responder_nak(nic, qp, psn, code);
@@ -169,28 +164,22 @@ void fail_request(Nic& nic, verbs::Qp& qp, uint32_t psn, NakCode code, WcStatus 
 
 // Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR
 // access, bounds.  Every refusal is counted by its cause.
-uint8_t* responder_remote_ptr(Nic& nic, const verbs::Qp& qp, uint32_t rkey, uint64_t va, uint32_t len,
+uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint64_t va, uint32_t len,
                               uint32_t need) noexcept {
   Counters& c = nic.counters();
-  if ((qp.attr_.qp_access_flags & need) != need) {
+  if ((qp.attr.qp_access_flags & need) != need) {
     ++c.resp_rights_errors;
     return nullptr;
   }
-  const verbs::Mr* mr = verbs::MrTable::instance().lookup(rkey, verbs::KeyKind::remote);
-  if (!mr) {
-    ++c.resp_rkey_errors;
-    return nullptr;
+  AccessFault fault = AccessFault::none;
+  uint8_t* p = qp.mem().remote(rkey, va, len, need, fault);
+  switch (fault) {
+    case AccessFault::none: break;
+    case AccessFault::key: ++c.resp_rkey_errors; break;
+    case AccessFault::pd: ++c.resp_pd_errors; break;
+    case AccessFault::rights: ++c.resp_rights_errors; break;
+    case AccessFault::bounds: ++c.resp_bounds_errors; break;
   }
-  if (mr->pd() != &qp.pd()) {
-    ++c.resp_pd_errors;
-    return nullptr;
-  }
-  if ((mr->access() & need) != need) {
-    ++c.resp_rights_errors;
-    return nullptr;
-  }
-  uint8_t* p = mr->translate(va, len, need);
-  if (!p) ++c.resp_bounds_errors;
   return p;
 }
 
@@ -206,14 +195,14 @@ RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
   return r;
 }
 
-void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp_;
+void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
   if (flags & op::kFirst) {
     if (!acquire_recv(qp)) {
       if (qp.type() == verbs::QpType::rc) {
-        queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
+        queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
       } else {
         ++nic.counters().uc_dropped_messages;
         s.uc_drop = true;
@@ -228,7 +217,7 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::loc_len_err);
     return;
   }
-  if (!scatter(qp.pd(), s.recv_sges, s.recv_off, pkt.payload)) {
+  if (!scatter(qp.mem(), s.recv_sges, s.recv_off, pkt.payload)) {
     fail_request(nic, qp, psn, NakCode::remote_operational_error, WcStatus::loc_prot_err);
     return;
   }
@@ -242,7 +231,7 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
       wcf = verbs::wc_flags::kWithInv;
       imm = pkt.hdr.ieth;
     }
-    complete_recv(qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm, pkt.hdr.bth.solicited);
+    complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm, pkt.hdr.bth.solicited);
     s.in_send = false;
     s.msn = psn_add(s.msn, 1);
   }
@@ -250,8 +239,8 @@ void on_send(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, (flags & op::kLast) != 0);
 }
 
-void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp_;
+void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
   const bool rc = qp.type() == verbs::QpType::rc;
@@ -268,7 +257,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   }
   const uint32_t len = uint32_t(pkt.payload.size());
   const bool last = flags & op::kLast;
-  if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu_)) {
+  if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu)) {
     ++nic.counters().resp_len_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
@@ -280,7 +269,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
       // The requester resends from this packet: a WRITE_ONLY comes back as
       // a FIRST, so the message must not count as begun.
       if (flags & op::kFirst) s.in_write = false;
-      queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr_.min_rnr_timer);
+      queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
     } else {
       ++nic.counters().uc_dropped_messages;
       s.in_write = false;
@@ -303,7 +292,7 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     s.in_write = false;
     s.msn = psn_add(s.msn, 1);
     if (flags & op::kImm)
-      complete_recv(qp, WcStatus::success, verbs::WcOpcode::recv_rdma_with_imm, s.write_total,
+      complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv_rdma_with_imm, s.write_total,
                     verbs::wc_flags::kWithImm, pkt.hdr.imm, pkt.hdr.bth.solicited);
   }
   s.epsn = psn_add(psn, 1);
@@ -312,14 +301,14 @@ void on_write(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
 
 // More READs/atomics outstanding than max_dest_rd_atomic allows (the
 // requester's max_rd_atomic must not exceed it).
-bool resources_full(Nic& nic, const verbs::Qp& qp) noexcept {
-  if (qp.resp_.res_pending < std::max<uint32_t>(1, qp.attr_.max_dest_rd_atomic)) return false;
+bool resources_full(Nic& nic, const QpEngine& qp) noexcept {
+  if (qp.resp.res_pending < std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic)) return false;
   ++nic.counters().resp_rd_atomic_limit;
   return true;
 }
 
-void on_read(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp_;
+void on_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
   const wire::Reth& reth = pkt.hdr.reth;
   const uint32_t psn = pkt.hdr.bth.psn;
   if (reth.length > kMaxMessage) {  // more PSNs than half the sequence space
@@ -335,10 +324,10 @@ void on_read(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
     responder_nak(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  RdAtomicResource& r = new_resource(s, qp.attr_.max_dest_rd_atomic);
+  RdAtomicResource& r = new_resource(s, qp.attr.max_dest_rd_atomic);
   r.is_read = true;
   r.psn = psn;
-  r.npkts = reth.length == 0 ? 1 : uint32_t((uint64_t(reth.length) + qp.mtu_ - 1) / qp.mtu_);
+  r.npkts = reth.length == 0 ? 1 : uint32_t((uint64_t(reth.length) + qp.mtu - 1) / qp.mtu);
   r.rkey = reth.rkey;
   r.va = reth.va;
   r.length = reth.length;
@@ -352,8 +341,8 @@ void on_read(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   nic.schedule(qp);
 }
 
-void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp_;
+void on_atomic(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
   const wire::AtomicEth& a = pkt.hdr.atomic;
   const uint32_t psn = pkt.hdr.bth.psn;
   if (a.va % 8 != 0) {
@@ -383,7 +372,7 @@ void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
   } else {
     orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
   }
-  RdAtomicResource& r = new_resource(s, qp.attr_.max_dest_rd_atomic);
+  RdAtomicResource& r = new_resource(s, qp.attr.max_dest_rd_atomic);
   r.is_read = false;
   r.psn = psn;
   r.npkts = 1;
@@ -397,8 +386,8 @@ void on_atomic(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
 }
 
 // IBA 9.7.5.1.2: a request with a PSN already executed.
-void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp_;
+void on_duplicate(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
   ++nic.counters().resp_duplicates;
@@ -415,7 +404,7 @@ void on_duplicate(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
       // gap), and run on into later requests of the same READ, but never
       // past the PSNs requested so far (it would take PSNs not yet ours).
       const wire::Reth& reth = pkt.hdr.reth;
-      const uint64_t npkts = reth.length == 0 ? 1 : (uint64_t(reth.length) + qp.mtu_ - 1) / qp.mtu_;
+      const uint64_t npkts = reth.length == 0 ? 1 : (uint64_t(reth.length) + qp.mtu - 1) / qp.mtu;
       if (reth.length > kMaxMessage || npkts > uint64_t(-psn_diff(psn, s.epsn))) {
         ++nic.counters().resp_len_errors;
         return;
@@ -450,8 +439,8 @@ bool starts_message(uint32_t flags) noexcept { return (flags & op::kFirst) || (f
 
 }  // namespace
 
-void responder_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp_;
+void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
   if (qp.type() == verbs::QpType::rc) {

@@ -6,22 +6,22 @@
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
+#include "transport/qp_engine.hpp"
 #include "transport/responder.hpp"
-#include "verbs/qp.hpp"
 
 namespace uroce::transport {
 
 namespace {
 
-void emit_ack(Nic& nic, verbs::Qp& qp) noexcept {
-  ResponderState& s = qp.resp_;
+void emit_ack(Nic& nic, QpEngine& qp) noexcept {
+  ResponderState& s = qp.resp;
   wire::Headers h;
   h.bth.opcode = uint8_t(wire::Opcode::rc_ack);
-  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = s.ack_psn;
   h.aeth.syndrome = s.ack_syndrome;
   h.aeth.msn = s.msn;
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+  nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
   s.ack_pending = false;
   s.acks_owed = 0;
   if (wire::aeth_type(s.ack_syndrome) == wire::AckType::ack) ++nic.counters().resp_acks_sent;
@@ -29,22 +29,22 @@ void emit_ack(Nic& nic, verbs::Qp& qp) noexcept {
 
 // One packet of a READ response or an atomic ACK.  False if the resource is
 // finished.
-bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
-  ResponderState& s = qp.resp_;
+bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
+  ResponderState& s = qp.resp;
   wire::Headers h;
-  h.bth.dest_qp = qp.attr_.dest_qp_num;
+  h.bth.dest_qp = qp.attr.dest_qp_num;
   h.aeth.syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
   h.aeth.msn = s.msn;
   if (!r.is_read) {
     h.bth.opcode = uint8_t(wire::Opcode::rc_atomic_ack);
     h.bth.psn = r.psn;
     h.atomic_ack.orig = r.orig;
-    nic.tx().add(qp.peer_, qp.icrc_ip_, h, {}, qp.attr_.ah_attr.traffic_class);
+    nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
     return false;
   }
-  const uint32_t len = std::min(qp.mtu_, r.resp_left);
+  const uint32_t len = std::min(qp.mtu, r.resp_left);
   const bool first = r.resp_psn == r.resp_first;
-  const bool last = r.resp_left <= qp.mtu_;
+  const bool last = r.resp_left <= qp.mtu;
   using wire::Opcode;
   h.bth.opcode = uint8_t(first && last ? Opcode::rc_read_response_only
                          : first       ? Opcode::rc_read_response_first
@@ -60,7 +60,7 @@ bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
     }
     body = {src, len};
   }
-  nic.tx().add(qp.peer_, qp.icrc_ip_, h, body, qp.attr_.ah_attr.traffic_class);
+  nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class);
   ++nic.counters().resp_read_packets;
   r.resp_psn = psn_add(r.resp_psn, 1);
   r.resp_va += len;
@@ -70,8 +70,8 @@ bool emit_response(Nic& nic, verbs::Qp& qp, RdAtomicResource& r) noexcept {
 
 }  // namespace
 
-bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
-  ResponderState& s = qp.resp_;
+bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
+  ResponderState& s = qp.resp;
   if (qp.type() != verbs::QpType::rc) return false;
   // Responses leave in PSN order: READ data and atomic ACKs first (oldest
   // resource first), then the coalesced ACK/NAK.
@@ -98,9 +98,9 @@ bool responder_produce(Nic& nic, verbs::Qp& qp, size_t& budget) noexcept {
   return s.res_pending > 0 || s.ack_pending;
 }
 
-void responder_flush_ack(Nic& nic, verbs::Qp& qp) noexcept {
+void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept {
   size_t budget = 1;
-  if (qp.resp_.ack_pending && qp.resp_.res_pending == 0) responder_produce(nic, qp, budget);
+  if (qp.resp.ack_pending && qp.resp.res_pending == 0) responder_produce(nic, qp, budget);
 }
 
 }  // namespace uroce::transport

@@ -3,9 +3,6 @@
 #include "common/log.hpp"
 #include "transport/protocol.hpp"
 #include "transport/requester.hpp"
-#include "verbs/context.hpp"
-#include "verbs/cq.hpp"
-#include "verbs/pd.hpp"
 
 namespace uroce::transport {
 
@@ -25,9 +22,9 @@ std::chrono::nanoseconds rnr_delay(uint8_t timer) noexcept {
   return std::chrono::microseconds(10ll * k10us[timer & 31]);
 }
 
-bool find_wqe(verbs::Qp& qp, uint32_t psn, uint32_t& idx) noexcept {
-  for (uint32_t i = qp.sq_.head(); i != qp.sq_.tail(); ++i) {
-    SendWqe& w = qp.sq_.at(i);
+bool find_wqe(QpEngine& qp, uint32_t psn, uint32_t& idx) noexcept {
+  for (uint32_t i = qp.sq.head(); i != qp.sq.tail(); ++i) {
+    SendWqe& w = qp.sq.at(i);
     if (!w.assigned) return false;
     const int32_t d = psn_diff(psn, w.first_psn);
     if (d >= 0 && uint32_t(d) < w.npkts) {
@@ -38,11 +35,11 @@ bool find_wqe(verbs::Qp& qp, uint32_t psn, uint32_t& idx) noexcept {
   return false;
 }
 
-void go_back(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
-  RequesterState& r = qp.req_;
+void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
+  RequesterState& r = qp.req;
   uint32_t idx;
   if (!find_wqe(qp, psn, idx)) return;
-  SendWqe& w = qp.sq_.at(idx);
+  SendWqe& w = qp.sq.at(idx);
   r.send_idx = idx;
   r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
   r.send_psn = psn;
@@ -57,8 +54,8 @@ void go_back(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
   // requested again from scratch: the responder may have discarded its
   // request with everything else behind the lost packet.
   r.rd_atomic = 0;
-  for (uint32_t i = qp.sq_.head(); i != qp.sq_.tail(); ++i) {
-    SendWqe& x = qp.sq_.at(i);
+  for (uint32_t i = qp.sq.head(); i != qp.sq.tail(); ++i) {
+    SendWqe& x = qp.sq.at(i);
     if (!x.assigned) break;
     if (!is_rd_atomic(x.opcode) || x.done) continue;
     ++r.rd_atomic;
@@ -67,32 +64,32 @@ void go_back(Nic& nic, verbs::Qp& qp, uint32_t psn) noexcept {
   nic.schedule(qp);
 }
 
-void retire(Nic& nic, verbs::Qp& qp) noexcept {
-  auto& sq = qp.sq_;
+void retire(Nic& nic, QpEngine& qp) noexcept {
+  auto& sq = qp.sq;
   while (!sq.empty() && sq.at(sq.head()).done) {
     SendWqe& w = sq.at(sq.head());
-    if (w.signaled || w.status != verbs::WcStatus::success) qp.complete_send_locked(w, w.status);
+    if (w.signaled || w.status != verbs::WcStatus::success) qp.complete_send(w, w.status);
     sq.pop();
   }
-  if (qp.state() == verbs::QpState::sqd && !qp.req_.drained_notified && (sq.empty() || !sq.at(sq.head()).assigned)) {
-    qp.req_.drained_notified = true;
-    if (qp.attr_.en_sqd_async_notify) qp.pd().context().post_async_event({verbs::AsyncEventType::sq_drained, &qp});
+  if (qp.state() == verbs::QpState::sqd && !qp.req.drained_notified && (sq.empty() || !sq.at(sq.head()).assigned)) {
+    qp.req.drained_notified = true;
+    if (qp.attr.en_sqd_async_notify) qp.owner().async_event(verbs::AsyncEventType::sq_drained);
   }
   (void)nic;
 }
 
-void fail_wqe(Nic& nic, verbs::Qp& qp, uint32_t idx, verbs::WcStatus status) noexcept {
+void fail_wqe(Nic& nic, QpEngine& qp, uint32_t idx, verbs::WcStatus status) noexcept {
   // Everything before the failed WQE has succeeded (in-order completion).
-  for (uint32_t i = qp.sq_.head(); i != idx; ++i) qp.sq_.at(i).done = true;
-  SendWqe& w = qp.sq_.at(idx);
+  for (uint32_t i = qp.sq.head(); i != idx; ++i) qp.sq.at(i).done = true;
+  SendWqe& w = qp.sq.at(idx);
   w.done = true;
   w.status = status;
   retire(nic, qp);
   qp.set_error_state();
 }
 
-void requester_arm_retransmit(Nic& nic, verbs::Qp& qp) noexcept {
-  RequesterState& r = qp.req_;
+void requester_arm_retransmit(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
   if (r.una_psn == r.send_psn && r.una_psn == r.next_psn) return;
   if (!r.timer_armed) {
     r.timer_armed = true;
@@ -101,13 +98,13 @@ void requester_arm_retransmit(Nic& nic, verbs::Qp& qp) noexcept {
     // would already have passed.  Posting is the one path that arms
     // without a fresh clock: refresh it.
     nic.refresh_now();
-    r.deadline = nic.now() + retransmit_interval(qp.attr_.timeout);
+    r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
     nic.arm_timer(qp, r.deadline);
   }
 }
 
-void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept {
-  RequesterState& r = qp.req_;
+void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
   const verbs::QpState st = qp.state();
   if (st != verbs::QpState::rts && st != verbs::QpState::sqd) {
     r.timer_armed = r.rnr_wait = false;
@@ -133,7 +130,7 @@ void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept {
     return;
   }
   ++nic.counters().req_timeouts;
-  if (qp.attr_.timeout != 0) {
+  if (qp.attr.timeout != 0) {
     if (r.retry_left == 0) {
       ++nic.counters().req_retry_exc;
       uint32_t idx;
@@ -149,7 +146,7 @@ void requester_on_timer(Nic& nic, verbs::Qp& qp) noexcept {
   UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(), r.una_psn, r.retry_left);
   window_on_loss(nic, qp, true);
   go_back(nic, qp, r.una_psn);
-  r.deadline = now + retransmit_interval(qp.attr_.timeout);
+  r.deadline = now + retransmit_interval(qp.attr.timeout);
   nic.arm_timer(qp, r.deadline);
 }
 

@@ -2,20 +2,16 @@
 
 #include <cstring>
 
-#include "verbs/mr.hpp"
-
 namespace uroce::transport {
 namespace {
 
-uint8_t* resolve(const verbs::Pd& pd, const verbs::Sge& sge, uint32_t off, uint32_t len, uint32_t need) noexcept {
-  const verbs::Mr* mr = verbs::MrTable::instance().lookup(sge.lkey, verbs::KeyKind::local);
-  if (!mr || mr->pd() != &pd) return nullptr;
-  return mr->translate(sge.addr + off, len, need);
+uint8_t* resolve(const MemoryDomain& mem, const verbs::Sge& sge, uint32_t off, uint32_t len, uint32_t need) noexcept {
+  return mem.local(sge.lkey, sge.addr + off, len, need);
 }
 
 }  // namespace
 
-bool scatter(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t offset,
+bool scatter(const MemoryDomain& mem, std::span<const verbs::Sge> sges, uint32_t offset,
              std::span<const uint8_t> data) noexcept {
   size_t done = 0;
   for (const verbs::Sge& sge : sges) {
@@ -25,7 +21,7 @@ bool scatter(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t off
       continue;
     }
     const uint32_t n = uint32_t(std::min<size_t>(sge.length - offset, data.size() - done));
-    uint8_t* dst = resolve(pd, sge, offset, n, verbs::access::kLocalWrite);
+    uint8_t* dst = resolve(mem, sge, offset, n, verbs::access::kLocalWrite);
     if (!dst) return false;
     std::memcpy(dst, data.data() + done, n);
     done += n;
@@ -34,8 +30,8 @@ bool scatter(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t off
   return done == data.size();
 }
 
-std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t offset, uint32_t len,
-                                uint8_t* scratch, bool& ok) noexcept {
+std::span<const uint8_t> gather(const MemoryDomain& mem, std::span<const verbs::Sge> sges, uint32_t offset,
+                                uint32_t len, uint8_t* scratch, bool& ok) noexcept {
   ok = true;
   if (len == 0) return {};
   size_t i = 0;
@@ -45,14 +41,14 @@ std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge>
     return {};
   }
   if (sges[i].length - offset >= len) {  // one SGE: zero copy
-    const uint8_t* p = resolve(pd, sges[i], offset, len, 0);
+    const uint8_t* p = resolve(mem, sges[i], offset, len, 0);
     if (!p) ok = false;
     return p ? std::span<const uint8_t>(p, len) : std::span<const uint8_t>{};
   }
   uint32_t done = 0;
   for (; i < sges.size() && done < len; ++i) {
     const uint32_t n = std::min(sges[i].length - offset, len - done);
-    const uint8_t* p = resolve(pd, sges[i], offset, n, 0);
+    const uint8_t* p = resolve(mem, sges[i], offset, n, 0);
     if (!p) {
       ok = false;
       return {};
@@ -68,9 +64,9 @@ std::span<const uint8_t> gather(const verbs::Pd& pd, std::span<const verbs::Sge>
   return {scratch, len};
 }
 
-bool check_sges(const verbs::Pd& pd, std::span<const verbs::Sge> sges, uint32_t need) noexcept {
+bool check_sges(const MemoryDomain& mem, std::span<const verbs::Sge> sges, uint32_t need) noexcept {
   for (const verbs::Sge& sge : sges)
-    if (sge.length && !resolve(pd, sge, 0, sge.length, need)) return false;
+    if (sge.length && !resolve(mem, sge, 0, sge.length, need)) return false;
   return true;
 }
 

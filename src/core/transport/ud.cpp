@@ -3,10 +3,8 @@
 // way RoCEv2 NICs place it (ibv_ud_pingpong and ibv_create_ah_from_wc read it).
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
+#include "transport/qp_engine.hpp"
 #include "transport/sge.hpp"
-#include "verbs/cq.hpp"
-#include "verbs/qp.hpp"
-#include "verbs/srq.hpp"
 #include "wire/ip_header.hpp"
 
 namespace uroce::transport {
@@ -16,27 +14,27 @@ constexpr uint8_t kRoceL3Ipv6 = 1;
 constexpr uint8_t kRoceL3Ipv4 = 2;
 }  // namespace
 
-void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
   const wire::Deth& deth = pkt.hdr.deth;
-  if (deth.qkey != qp.attr_.qkey) {
+  if (deth.qkey != qp.attr.qkey) {
     ++nic.counters().ud_qkey_drops;
     return;
   }
-  ResponderState& s = qp.resp_;
-  if (verbs::Srq* srq = qp.init_attr().srq) {
+  ResponderState& s = qp.resp;
+  if (RecvSource* srq = qp.srq()) {
     if (!srq->take(s.recv, s.recv_sges)) {
       ++nic.counters().ud_no_recv_drops;
       return;
     }
   } else {
-    if (qp.rq_.empty()) {
+    if (qp.rq.empty()) {
       ++nic.counters().ud_no_recv_drops;
       return;
     }
-    const uint32_t h = qp.rq_.head();
-    s.recv = qp.rq_.at(h);
-    s.recv_sges.assign(qp.rq_.sges(h), qp.rq_.sges(h) + s.recv.num_sge);
-    qp.rq_.pop();
+    const uint32_t h = qp.rq.head();
+    s.recv = qp.rq.at(h);
+    s.recv_sges.assign(qp.rq.sges(h), qp.rq.sges(h) + s.recv.num_sge);
+    qp.rq.pop();
   }
   verbs::Wc wc;
   wc.wr_id = s.recv.wr_id;
@@ -68,10 +66,10 @@ void ud_receive(Nic& nic, verbs::Qp& qp, const wire::Packet& pkt, const net::RxP
     v.ttl = raw.ttl;
     uint8_t grh[wire::kGrhLen];
     wire::write_grh(f, v, raw.data.size(), std::span<uint8_t, wire::kGrhLen>(grh));
-    if (!scatter(qp.pd(), s.recv_sges, 0, grh) || !scatter(qp.pd(), s.recv_sges, wire::kGrhLen, pkt.payload))
+    if (!scatter(qp.mem(), s.recv_sges, 0, grh) || !scatter(qp.mem(), s.recv_sges, wire::kGrhLen, pkt.payload))
       wc.status = verbs::WcStatus::loc_prot_err;
   }
-  qp.init_attr().recv_cq->push(wc, pkt.hdr.bth.solicited || wc.status != verbs::WcStatus::success);
+  nic.deliver(qp.recv_cq(), wc, pkt.hdr.bth.solicited || wc.status != verbs::WcStatus::success);
 }
 
 }  // namespace uroce::transport

@@ -12,8 +12,8 @@
 
 namespace uroce::transport {
 
-void window_on_loss(Nic& nic, verbs::Qp& qp, bool timeout) noexcept {
-  RequesterState& r = qp.req_;
+void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept {
+  RequesterState& r = qp.req;
   if (!timeout && r.recovering && psn_before(r.una_psn, r.recover_psn)) return;
   const uint32_t w = window_pkts(qp);
   const uint32_t cut = timeout ? kMinWindowPkts : std::max(kMinWindowPkts, w / 2);
@@ -24,8 +24,8 @@ void window_on_loss(Nic& nic, verbs::Qp& qp, bool timeout) noexcept {
   if (cut < w) ++nic.counters().req_window_cuts;
 }
 
-void window_on_ack(verbs::Qp& qp, uint32_t acked) noexcept {
-  RequesterState& r = qp.req_;
+void window_on_ack(QpEngine& qp, uint32_t acked) noexcept {
+  RequesterState& r = qp.req;
   if (r.recovering && !psn_before(psn_add(r.una_psn, acked), r.recover_psn)) r.recovering = false;
   if (r.cwnd == 0) return;  // at the maximum
   r.cwnd_acked += acked;

@@ -65,24 +65,21 @@ Status Cq::req_notify(bool solicited_only) {
   return {};
 }
 
-bool Cq::push(const Wc& wc, bool solicited) noexcept {
-  transport::Nic& n = nic();
+bool Cq::complete(const Wc& wc, bool solicited) noexcept {
   if (count_ == depth_) {
     if (!overflow_) {
       overflow_ = true;
       ctx_->post_async_event({AsyncEventType::cq_err, this});
     }
-    ++n.counters().cq_overflows;
     return false;
   }
   uint32_t tail = head_ + count_;
   if (tail >= depth_) tail -= depth_;
   ring_[tail] = wc;
   ++count_;
-  ++n.counters().completions;
   if (arm_ == Arm::next || (arm_ == Arm::solicited && solicited)) {
     arm_ = Arm::none;
-    n.cq_notify(*this);
+    if (channel_) channel_->post(*this);
   }
   return true;
 }

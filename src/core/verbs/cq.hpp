@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "transport/ports.hpp"
 #include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
@@ -27,7 +28,7 @@ namespace uroce::verbs {
 class Context;
 class CompChannel;
 
-class Cq {
+class Cq final : public transport::CompletionSink {
  public:
   static constexpr uint32_t kMaxCqe = 1u << 22;
 
@@ -60,9 +61,9 @@ class Cq {
   transport::Nic& nic() const noexcept;
 
   // --- transport side, NIC lock held ---
-  // Appends a completion; `solicited` marks one that may wake a
-  // solicited-only notification.  Returns false (and reports) on overflow.
-  bool push(const Wc& wc, bool solicited) noexcept;
+  // transport::CompletionSink: appends a completion (an armed CQ posts its
+  // event to the channel); false, with a CQ_ERR event, on overflow.
+  bool complete(const Wc& wc, bool solicited) noexcept override;
   // Removes the completions of QP `qpn` not yet polled, keeping the order of
   // the others (a QP moved to RESET: mlx4/mlx5 clean its CQEs so, and
   // rdma-core's tests reuse a QP after RESET without draining its CQ).

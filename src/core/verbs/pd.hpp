@@ -5,13 +5,14 @@
 #include <memory>
 
 #include "common/status.hpp"
+#include "transport/ports.hpp"
 #include "verbs/resources.hpp"
 
 namespace uroce::verbs {
 
 class Context;
 
-class Pd {
+class Pd final : public transport::MemoryDomain {
  public:
   // ENOMEM beyond the device's max_pd.
   static Result<std::unique_ptr<Pd>> create(Context& ctx);
@@ -22,6 +23,11 @@ class Pd {
   Context& context() const noexcept { return *ctx_; }
   // Objects created in this PD and not yet destroyed; dealloc fails (EBUSY) while > 0.
   std::atomic<int>& users() noexcept { return users_; }
+
+  // transport::MemoryDomain: the regions of this PD, by key.
+  uint8_t* local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need) const noexcept override;
+  uint8_t* remote(uint32_t rkey, uint64_t va, uint64_t len, uint32_t need,
+                  transport::AccessFault& fault) const noexcept override;
 
  private:
   Pd(Context& ctx, ResourceHold hold) noexcept : ctx_(&ctx), hold_(std::move(hold)) {}

@@ -7,7 +7,8 @@
 #include <span>
 
 #include "common/status.hpp"
-#include "transport/queues.hpp"
+#include "transport/ports.hpp"
+#include "transport/work_queue.hpp"
 #include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
@@ -29,7 +30,7 @@ inline constexpr uint32_t kMaxWr = 1u << 0;
 inline constexpr uint32_t kLimit = 1u << 1;
 }  // namespace srq_attr_mask
 
-class Srq {
+class Srq final : public transport::RecvSource {
  public:
   static constexpr uint32_t kMaxWr = 1u << 15;
   static constexpr uint32_t kMaxSge = 32;
@@ -52,7 +53,7 @@ class Srq {
   // --- transport side, NIC lock held ---
   // Takes the oldest WQE; copies its SGEs into `sges`.  Raises the limit
   // event when it applies.  False when empty.
-  bool take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept;
+  bool take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept override;
   bool empty() const noexcept { return q_.empty(); }
 
  private:

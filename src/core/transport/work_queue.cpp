@@ -1,4 +1,4 @@
-#include "transport/queues.hpp"
+#include "transport/work_queue.hpp"
 
 namespace uroce::transport {
 

@@ -1,0 +1,110 @@
+// The transport state of one QP: its work queues and the protocol state of
+// its requester, completer and responder.  QpEngine holds one and never
+// exposes it; the engine reaches the verbs objects around it only through
+// transport/ports.hpp (its CQs, its PD's memory, its SRQ, its owner).
+// Everything here is guarded by the NIC lock.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/ip_addr.hpp"
+#include "common/status.hpp"
+#include "transport/engine_state.hpp"
+#include "transport/ports.hpp"
+#include "transport/work_queue.hpp"
+#include "uroce/types.hpp"
+#include "wire/icrc.hpp"
+
+namespace uroce::transport {
+
+class Nic;
+
+// What the verbs QP settled at creation.
+struct EngineInit {
+  verbs::QpType type = verbs::QpType::rc;
+  verbs::QpCap cap;  // as Qp::create settled it (what query reports)
+  bool sq_sig_all = false;
+  CompletionSink* send_cq = nullptr;
+  CompletionSink* recv_cq = nullptr;
+  RecvSource* srq = nullptr;  // nullptr: the engine's own receive queue
+  const MemoryDomain* memory = nullptr;
+  QpOwner* owner = nullptr;
+};
+
+// A consistent look at an engine, for tests and traces.
+struct EngineSnapshot {
+  verbs::QpState state = verbs::QpState::reset;
+  uint32_t sq_size = 0, rq_size = 0;   // WQEs queued
+  uint32_t una_psn = 0, next_psn = 0;  // requester
+  uint32_t epsn = 0;                   // responder: the PSN it expects
+};
+
+class QpEngine {
+ public:
+  QpEngine(Nic& nic, const EngineInit& init) noexcept;
+  QpEngine(const QpEngine&) = delete;
+  QpEngine& operator=(const QpEngine&) = delete;
+
+  uint32_t qpn() const noexcept { return qpn_; }  // set by Nic::attach
+  verbs::QpType type() const noexcept { return init_.type; }
+  verbs::QpState state() const noexcept { return attr.qp_state; }
+  bool sq_sig_all() const noexcept { return init_.sq_sig_all; }
+  Nic& nic() const noexcept { return *nic_; }
+  CompletionSink& send_cq() const noexcept { return *init_.send_cq; }
+  CompletionSink& recv_cq() const noexcept { return *init_.recv_cq; }
+  RecvSource* srq() const noexcept { return init_.srq; }
+  const MemoryDomain& mem() const noexcept { return *init_.memory; }
+  QpOwner& owner() const noexcept { return *init_.owner; }
+
+  // ---- what verbs::Qp calls ----
+  // Applies attributes verbs has checked and makes the transition to `next`
+  // (which the IB state table allowed); `port_mtu` is a UD QP's path MTU.
+  void modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next, uint32_t port_mtu) noexcept;
+  verbs::QpAttr query() const noexcept;
+  // Queues one send WR verbs has checked (UD: to `ud_ah`); false when the
+  // send queue is full.  A QP in ERR completes it with WR_FLUSH_ERR.
+  bool post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah) noexcept;
+  // After post_send: sends (or, in ERR, completes) what was queued.
+  void ring_doorbell(size_t posted) noexcept;
+  Status post_recv(std::span<const verbs::RecvWr> wrs, size_t* bad);
+  uint32_t sq_max_wr() const noexcept { return sq.max_wr(); }
+  // The QP is being destroyed: the ACK it owes goes out, it leaves the NIC.
+  void close() noexcept;
+
+  // Sends the coalesced ACK the responder still owes, if any: the peer
+  // whose last message this QP received must get its ACK even when the
+  // application destroys the QP (or moves it to RESET or ERR) right after
+  // seeing the receive completion, before the ACK's usual occasion.
+  void send_owed_ack() noexcept;
+  // Moves to ERR from inside the transport (errors) and flushes.
+  void set_error_state() noexcept;
+  // Completes every outstanding WQE with WR_FLUSH_ERR (QP in ERR).
+  void flush_locked() noexcept;
+  void complete_send(SendWqe& wqe, verbs::WcStatus status) noexcept;
+  EngineSnapshot snapshot() const noexcept {
+    return {attr.qp_state, sq.size(), rq.size(), req.una_psn, req.next_psn, resp.epsn};
+  }
+
+  verbs::QpAttr attr;  // the one copy of the attributes; attr.qp_state is the QP's state
+  WorkQueue<SendWqe> sq;
+  WorkQueue<RecvWqe> rq;  // unused with an SRQ
+  RequesterState req;     // requester + completer
+  ResponderState resp;
+  Endpoint peer;              // RC/UC: the peer's UDP endpoint
+  wire::IpUdpFields icrc_ip;  // RC/UC: ICRC fields of packets to the peer
+  uint32_t mtu = 1024;        // path MTU in bytes
+
+ private:
+  friend class Nic;  // the QP table, the transmit and ACK lists, the timers
+  void reset() noexcept;
+  Nic* nic_;
+  EngineInit init_;
+  uint32_t qpn_ = 0;
+  bool in_ready_ = false;         // on the NIC's transmit list
+  bool in_lazy_ = false;          // on the NIC's lazy-ACK list
+  bool timer_queued_ = false;     // has an entry in the NIC's timer heap
+  Clock::time_point timer_when_;  // ... due then
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,97 @@
+// Work queue entries and the bounded queues that hold them (a QP's send and
+// receive queues, an SRQ).  Guarded by the lock of the QP's NIC.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/ip_addr.hpp"
+#include "common/status.hpp"
+#include "uroce/types.hpp"
+
+namespace uroce::transport {
+
+using Clock = std::chrono::steady_clock;
+
+// One posted send work request, as the requester tracks it.
+struct SendWqe {
+  uint64_t wr_id = 0;
+  verbs::WrOpcode opcode = verbs::WrOpcode::send;
+  uint32_t flags = 0;  // verbs::send_flags
+  uint32_t imm = 0;    // immediate data / rkey to invalidate
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0, swap = 0;
+  uint32_t length = 0;     // total message bytes
+  uint16_t num_sge = 0;    // SGEs in the QP's sge array at this slot
+  bool is_inline = false;  // payload copied into the QP's inline array
+  bool signaled = false;
+  // UD destination, resolved at post time
+  Endpoint ud_dst;
+  uint32_t ud_qpn = 0, ud_qkey = 0;
+  uint8_t ud_tclass = 0, ud_hop_limit = 64;
+  // requester progress
+  uint32_t first_psn = 0;  // PSN of the first packet (READ: first response)
+  uint32_t npkts = 0;      // PSNs the message uses
+  uint32_t read_req = 0;   // READ: response packets requested so far
+  uint32_t read_done = 0;  // READ: response packets received so far
+  bool assigned = false;   // first_psn/npkts assigned
+  bool done = false;       // acknowledged / response received
+  verbs::WcStatus status = verbs::WcStatus::success;
+};
+
+// One posted receive work request (RQ or SRQ).
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint16_t num_sge = 0;
+  uint32_t length = 0;  // sum of SGE lengths
+};
+
+// A bounded FIFO of WQEs with the SGEs of each entry stored beside it.
+template <class Wqe>
+class WorkQueue {
+ public:
+  void init(uint32_t max_wr, uint32_t max_sge, uint32_t inline_bytes = 0) {
+    cap_ = 1;
+    while (cap_ < max_wr) cap_ <<= 1;
+    max_wr_ = max_wr;
+    max_sge_ = max_sge == 0 ? 1 : max_sge;
+    inline_bytes_ = inline_bytes;
+    wqes_.assign(cap_, Wqe{});
+    sges_.assign(size_t(cap_) * max_sge_, verbs::Sge{});
+    inline_.assign(size_t(cap_) * inline_bytes, 0);
+    head_ = tail_ = 0;
+  }
+  uint32_t max_wr() const noexcept { return max_wr_; }
+  uint32_t max_sge() const noexcept { return max_sge_; }
+  uint32_t inline_bytes() const noexcept { return inline_bytes_; }
+  uint32_t size() const noexcept { return tail_ - head_; }
+  bool empty() const noexcept { return head_ == tail_; }
+  bool full() const noexcept { return size() >= max_wr_; }
+  // Counters run freely; entries are addressed by counter value.
+  uint32_t head() const noexcept { return head_; }
+  uint32_t tail() const noexcept { return tail_; }
+  Wqe& at(uint32_t n) noexcept { return wqes_[n & (cap_ - 1)]; }
+  verbs::Sge* sges(uint32_t n) noexcept { return &sges_[size_t(n & (cap_ - 1)) * max_sge_]; }
+  uint8_t* inline_data(uint32_t n) noexcept { return inline_.data() + size_t(n & (cap_ - 1)) * inline_bytes_; }
+  Wqe& push() noexcept { return at(tail_++); }  // caller checked !full()
+  void pop() noexcept { ++head_; }
+  void clear() noexcept { head_ = tail_; }
+
+ private:
+  std::vector<Wqe> wqes_;
+  std::vector<verbs::Sge> sges_;
+  std::vector<uint8_t> inline_;
+  uint32_t cap_ = 0, max_wr_ = 0, max_sge_ = 1, inline_bytes_ = 0;
+  uint32_t head_ = 0, tail_ = 0;
+};
+
+// Appends receive WRs to an RQ or SRQ, stopping at the first that does not
+// fit (EINVAL: too many SGEs, ENOMEM: queue full); *bad = its index.
+Status post_recv_wrs(WorkQueue<RecvWqe>& q, std::span<const verbs::RecvWr> wrs, size_t* bad, const char* queue_name,
+                     const char* sge_limit);
+
+}  // namespace uroce::transport
