@@ -81,24 +81,19 @@ int child_main(int in, int out, Between path) {
 
 // Shm: UROCE_SHM=1 and a private UROCE_SHM_DIR for both processes.
 struct ShmEnv {
+  std::unique_ptr<ShmDir> ring_dir;
   std::string dir;
   explicit ShmEnv(bool on) {
     if (!on) return;
-    char tmpl[] = "/dev/shm/uroce-shm-2p-XXXXXX";
-    if (::mkdtemp(tmpl)) dir = tmpl;
+    ring_dir = std::make_unique<ShmDir>();
+    dir = ring_dir->path();
     ::setenv("UROCE_SHM", "1", 1);
     ::setenv("UROCE_SHM_DIR", dir.c_str(), 1);
   }
   ~ShmEnv() {
-    if (dir.empty()) return;
+    if (!ring_dir) return;
     ::unsetenv("UROCE_SHM");
     ::unsetenv("UROCE_SHM_DIR");
-    if (DIR* d = ::opendir(dir.c_str())) {
-      while (dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.') ::unlink((dir + "/" + e->d_name).c_str());
-      ::closedir(d);
-    }
-    ::rmdir(dir.c_str());
   }
   size_t files() const {
     size_t n = 0;
