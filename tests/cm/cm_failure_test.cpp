@@ -38,7 +38,7 @@ TEST_F(Cm_, LostRepIsSentAgainAndLostRtuDrawsItAgain) {
   deliver([](const Sent& m) { return m.attr() == AttrId::rep ? 0 : 1; });  // REP lost
   EXPECT_TRUE(a.rec.events.empty());
   int rtus = 0;
-  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() == 2; }, ms(2000),
+  ASSERT_TRUE(run_until([&, s = s] { return b.rec.of(s).size() == 2; }, ms(2000),
                         [&](const Sent& m) { return m.attr() == AttrId::rtu && rtus++ == 0 ? 0 : 1; }));
   // REP again -> a established, RTU lost -> REP again -> RTU again -> b established.
   EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established}));
@@ -146,8 +146,8 @@ TEST_F(Cm_, VanishedPeerDisconnectsAfterDreqRetries) {
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(a.cm.disconnect(c).ok());
   auto drop_all = [](const Sent&) { return 0; };  // b is gone
-  EXPECT_FALSE(run_until([&] { return a.rec.of(c).size() > 1; }, ms(1150), drop_all));
-  ASSERT_TRUE(run_until([&] { return a.rec.of(c).size() > 1; }, ms(300), drop_all));
+  EXPECT_FALSE(run_until([&, c = c] { return a.rec.of(c).size() > 1; }, ms(1150), drop_all));
+  ASSERT_TRUE(run_until([&, c = c] { return a.rec.of(c).size() > 1; }, ms(300), drop_all));
   EXPECT_EQ(a.rec.of(c).back(), ET::disconnected);
   EXPECT_EQ(wire.count(AttrId::dreq), 4u);
   advance(ms(600));

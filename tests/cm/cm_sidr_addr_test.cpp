@@ -176,8 +176,8 @@ TEST_F(Cm_, DeadPeerProcessGivesDisconnected) {
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established}));
   host.ports.erase({2, *IpAddr::parse("10.0.0.1")});  // b is killed
   nodes = {&a};
-  EXPECT_FALSE(run_until([&] { return a.rec.of(c).size() > 1; }, ms(200)));  // nothing to wake it before
-  ASSERT_TRUE(run_until([&] { return a.rec.of(c).size() > 1; }, ms(100)));
+  EXPECT_FALSE(run_until([&, c = c] { return a.rec.of(c).size() > 1; }, ms(200)));  // nothing to wake it before
+  ASSERT_TRUE(run_until([&, c = c] { return a.rec.of(c).size() > 1; }, ms(100)));
   EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established, ET::disconnected}));
   EXPECT_EQ(c->state(), State::dreq_rcvd);
   ASSERT_TRUE(a.cm.disconnect(c).ok());  // DREP into the void, then timewait
@@ -192,7 +192,7 @@ TEST_F(Cm_, DeadActivePeerProcessGivesDisconnectedToThePassive) {
   ASSERT_NE(s, nullptr);
   host.ports.erase({1, *IpAddr::parse("10.0.0.1")});  // a (on 4791) is killed
   nodes = {&b};
-  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(300)));
+  ASSERT_TRUE(run_until([&, s = s] { return b.rec.of(s).size() > 2; }, ms(300)));
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected}));
 }
 
@@ -209,7 +209,7 @@ TEST_F(Cm_, PeerProcessDyingInTheHandshakeGivesRejected) {
   wire.queue.clear();  // the REP is lost and a dies
   host.ports.erase({1, *IpAddr::parse("10.0.0.1")});
   nodes = {&b};
-  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 1; }, ms(300)));
+  ASSERT_TRUE(run_until([&, s = s] { return b.rec.of(s).size() > 1; }, ms(300)));
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::rejected}));
   EXPECT_EQ(b.rec.last(ET::rejected)->status, int(RejReason::consumer_reject));
   EXPECT_EQ(b.cm.conn_count(), 0u);
@@ -252,11 +252,11 @@ TEST_F(Cm_, KeepAliveEndsConnectionsToASilentPeerOfAnotherHost) {
   b.cm.set_qp(s, &qb);
   ASSERT_TRUE(b.cm.accept(s, {}).ok());
   deliver();
-  EXPECT_FALSE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(5000)));
+  EXPECT_FALSE(run_until([&, s = s] { return b.rec.of(s).size() > 2; }, ms(5000)));
   EXPECT_GE(wire.count(AttrId::class_port_info), 6u);  // probes and their answers
   EXPECT_EQ(a.rec.of(c), (std::vector<ET>{ET::established}));
   nodes = {&b};  // a's host goes silent
-  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(4500)));
+  ASSERT_TRUE(run_until([&, s = s] { return b.rec.of(s).size() > 2; }, ms(4500)));
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected}));
 }
 
@@ -280,7 +280,7 @@ TEST_F(Cm_, KeepAliveAnsweredGoneEndsAtOnce) {
   a.cm.destroy_id(c);
   wire.queue.clear();
   auto drop_dreq = [](const Sent& m) { return m.attr() == AttrId::dreq ? 0 : 1; };
-  ASSERT_TRUE(run_until([&] { return b.rec.of(s).size() > 2; }, ms(3000), drop_dreq));
+  ASSERT_TRUE(run_until([&, s = s] { return b.rec.of(s).size() > 2; }, ms(3000), drop_dreq));
   EXPECT_EQ(b.rec.of(s), (std::vector<ET>{ET::connect_request, ET::established, ET::disconnected}));
 }
 

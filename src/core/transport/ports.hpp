@@ -53,7 +53,7 @@ class RecvSource {
   ~RecvSource() = default;
 };
 
-// The verbs object a QP's engine belongs to (QpEngine): told of the
+// The verbs object a QP's engine belongs to (verbs::Qp): told of the
 // asynchronous events the engine raises (SQ drained, last WQE reached).
 class QpOwner {
  public:

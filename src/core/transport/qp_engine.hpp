@@ -1,5 +1,5 @@
 // The transport state of one QP: its work queues and the protocol state of
-// its requester, completer and responder.  QpEngine holds one and never
+// its requester, completer and responder.  verbs::Qp holds one and never
 // exposes it; the engine reaches the verbs objects around it only through
 // transport/ports.hpp (its CQs, its PD's memory, its SRQ, its owner).
 // Everything here is guarded by the NIC lock.
@@ -49,8 +49,6 @@ class QpEngine {
   uint32_t qpn() const noexcept { return qpn_; }  // set by Nic::attach
   verbs::QpType type() const noexcept { return init_.type; }
   verbs::QpState state() const noexcept { return attr.qp_state; }
-  bool sq_sig_all() const noexcept { return init_.sq_sig_all; }
-  Nic& nic() const noexcept { return *nic_; }
   CompletionSink& send_cq() const noexcept { return *init_.send_cq; }
   CompletionSink& recv_cq() const noexcept { return *init_.recv_cq; }
   RecvSource* srq() const noexcept { return init_.srq; }
