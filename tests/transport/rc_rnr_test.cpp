@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "loopback.hpp"
+#include "transport/qp_engine.hpp"
 
 namespace uroce::test {
 namespace {
@@ -109,6 +110,32 @@ TEST_P(RcRnr, Retry7RetriesForever) {
   EXPECT_GE(ca.req_rnr_naks_rcvd, 8u);  // more than any finite rnr_retry (6) allows
   EXPECT_LE(ca.req_rnr_naks_rcvd, 200u) << "RNR waits shorter than min_rnr_timer";
   EXPECT_EQ(ca.req_rnr_retry_exc, 0u);
+  EXPECT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
+}
+
+// The requester's machines through an RNR wait: the gate closes while it
+// waits out the peer's min_rnr_timer (the retransmission timer stays armed
+// for what is outstanding), and once the message is acknowledged both are
+// back at rest.
+TEST_P(RcRnr, GateWaitsThenOpens) {
+  PairOptions o;
+  o.min_rnr_timer = 24;  // 40.96 ms: the requester spends most of its time waiting
+  Pair p(o);
+  Sge s = p.a.sge(0, 3000);
+  ASSERT_TRUE(post_send(*p.a.qp, message(1, GetParam(), s, p.b)).ok());
+  transport::EngineSnapshot e;
+  ASSERT_TRUE(wait_until([&] { return (e = p.a.qp->debug_snapshot()).rnr == transport::RnrGate::waiting; }))
+      << to_string(e);
+  EXPECT_EQ(e.retry, transport::RetryTimer::armed) << to_string(e);
+  EXPECT_NE(e.una_psn, e.next_psn) << to_string(e);
+  ASSERT_TRUE(post_recv(*p.b.qp, 3, {p.b.sge(0, 4096)}).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success) << to_string(sc[0].status);
+  ASSERT_TRUE(wait_until([&] { return (e = p.a.qp->debug_snapshot()).retry == transport::RetryTimer::off; }))
+      << to_string(e);
+  EXPECT_EQ(e.rnr, transport::RnrGate::open) << to_string(e);
+  EXPECT_EQ(e.una_psn, e.next_psn) << to_string(e);
   EXPECT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
 }
 

@@ -25,7 +25,7 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   r.retry_left = qp.attr.retry_cnt;
   if (qp.attr.rnr_retry != 7) r.rnr_left = qp.attr.rnr_retry;
   r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
-  if (r.una_psn == r.next_psn) r.timer_armed = false;
+  if (r.una_psn == r.next_psn) transition(qp.qpn(), r.retry, RetryTimer::off);
   if (psn_before(r.send_psn, una)) {
     uint32_t idx;
     if (find_wqe(qp, una, idx)) {
@@ -103,7 +103,7 @@ void on_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t timer) noexcept {
     --r.rnr_left;
   }
   go_back(nic, qp, psn);
-  r.rnr_wait = true;
+  transition(qp.qpn(), r.rnr, RnrGate::waiting);
   r.rnr_until = nic.now() + rnr_delay(timer);
   nic.arm_timer(qp, r.rnr_until);
 }
@@ -141,12 +141,12 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     // A response went missing: ask again from there rather than time out,
     // and again when the responses start over and it is still missing (one
     // request per pass of responses; more would rewind over and over).
-    if (r.gap_requested && r.gap_psn == missing && !psn_before(psn, r.gap_hi)) {
+    if (r.gap == ReadGap::asked && r.gap_psn == missing && !psn_before(psn, r.gap_hi)) {
       if (psn_before(r.gap_hi, psn)) r.gap_hi = psn;
       ++nic.counters().req_stale_responses;
       return;
     }
-    r.gap_requested = true;
+    transition(qp.qpn(), r.gap, ReadGap::asked);
     r.gap_psn = missing;
     r.gap_hi = psn;
     // Acknowledge what needs no response; for an earlier READ/atomic this
@@ -175,7 +175,7 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     return;
   }
   ++w.read_done;
-  r.gap_requested = false;
+  transition(qp.qpn(), r.gap, ReadGap::none);
   if (last_pkt) {
     w.done = true;
     --r.rd_atomic;

@@ -5,10 +5,42 @@
 #include <cstdint>
 #include <vector>
 
+#include "transport/state_enum.hpp"
 #include "transport/work_queue.hpp"
 #include "uroce/types.hpp"
 
 namespace uroce::transport {
+
+// Requester and completer machines.
+#define UROCE_RETRY_TIMER(X) X(off) X(armed)              // the retransmission timer (deadline)
+#define UROCE_RNR_GATE(X) X(open) X(waiting)              // sending waits out an RNR NAK (rnr_until)
+#define UROCE_READ_GAP(X) X(none) X(asked)                // a missing READ response asked for (gap_psn)
+#define UROCE_SQ_DRAIN(X) X(none) X(draining) X(drained)  // SQD: the send queue drains (none outside SQD)
+#define UROCE_RECOVERY(X) X(none) X(after_cut)  // the window was cut; losses before recover_psn are the same event
+UROCE_STATE_ENUM(RetryTimer, UROCE_RETRY_TIMER)
+UROCE_STATE_ENUM(RnrGate, UROCE_RNR_GATE)
+UROCE_STATE_ENUM(ReadGap, UROCE_READ_GAP)
+UROCE_STATE_ENUM(SqDrain, UROCE_SQ_DRAIN)
+UROCE_STATE_ENUM(Recovery, UROCE_RECOVERY)
+
+// Responder machines.
+// The message in progress: a SEND filling `recv`, a WRITE placing data, or
+// (UC) dropping packets until the next FIRST/ONLY.
+#define UROCE_RESP_MSG(X) X(idle) X(send) X(write) X(uc_drop)
+// Where the receive WQE the responder owns came from.  Owned while not
+// filling a SEND (msg != send): held for the next message (UC: a dropped
+// message's WQE is not completed, IBA 9.8.3; RC: a WRITE with immediate
+// whose data could not land).
+#define UROCE_RECV_SLOT(X) X(empty) X(rq) X(srq)
+// The coalesced response slot: an ACK, a PSN-sequence NAK, or a final NAK
+// (RNR or error: never replaced).  ack_syndrome holds the exact value.
+#define UROCE_ACK_OWED(X) X(none) X(ack) X(seq_nak) X(nak)
+// RC: a NAK covers the current gap (nak_hi: the highest PSN seen since).
+#define UROCE_SEQ_NAK(X) X(clear) X(sent)
+UROCE_STATE_ENUM(RespMsg, UROCE_RESP_MSG)
+UROCE_STATE_ENUM(RecvSlot, UROCE_RECV_SLOT)
+UROCE_STATE_ENUM(AckOwed, UROCE_ACK_OWED)
+UROCE_STATE_ENUM(SeqNak, UROCE_SEQ_NAK)
 
 // Requester + completer state (IBA 9.7: requester side of RC/UC/UD).
 struct RequesterState {
@@ -21,19 +53,19 @@ struct RequesterState {
   uint32_t sent_hwm = 0;   // one past the highest PSN ever sent; below it = resend
   uint8_t retry_left = 7;
   uint8_t rnr_left = 7;
-  bool timer_armed = false;    // retransmission timer running
-  Clock::time_point deadline;  // retransmission deadline
-  bool rnr_wait = false;       // waiting out an RNR NAK
-  Clock::time_point rnr_until;
-  uint32_t gap_psn = 0;  // READ response gap already asked for (avoid storms)
+  RetryTimer retry = RetryTimer::off;
+  Clock::time_point deadline;  // retransmission deadline, while armed
+  RnrGate rnr = RnrGate::open;
+  Clock::time_point rnr_until;  // while waiting
+  ReadGap gap = ReadGap::none;
+  uint32_t gap_psn = 0;  // READ response gap asked for (avoid storms)
   uint32_t gap_hi = 0;   // highest response PSN seen since (a lower one: a new pass)
-  bool gap_requested = false;
-  bool drained_notified = false;
+  SqDrain drain = SqDrain::none;
   // The send window (window.cpp): packets; 0 = the maximum (never cut).
   uint32_t cwnd = 0;
-  uint32_t cwnd_acked = 0;   // packets acknowledged towards the next growth
-  uint32_t recover_psn = 0;  // losses before this PSN acknowledged belong to the last cut
-  bool recovering = false;
+  uint32_t cwnd_acked = 0;  // packets acknowledged towards the next growth
+  Recovery recovery = Recovery::none;
+  uint32_t recover_psn = 0;  // after_cut: losses before this PSN acknowledged belong to the cut
 };
 
 // A READ or atomic the responder accepted: kept to send its response and,
@@ -58,23 +90,18 @@ struct RdAtomicResource {
 struct ResponderState {
   uint32_t epsn = 0;  // expected PSN
   uint32_t msn = 0;   // message sequence number (24 bits)
-  // message in progress
-  bool in_send = false;
-  bool in_write = false;
-  RecvWqe recv;  // receive WQE being filled (copied out of the RQ)
+  RespMsg msg = RespMsg::idle;
+  RecvSlot slot = RecvSlot::empty;
+  RecvWqe recv;  // the receive WQE owned (copied out of the RQ or SRQ)
   std::vector<verbs::Sge> recv_sges;
   uint32_t recv_off = 0;
-  bool recv_from_srq = false;
-  bool recv_held = false;  // UC: `recv` survived a dropped message, reused next
   uint32_t write_rkey = 0;
   uint64_t write_va = 0;
   uint32_t write_left = 0;
   uint32_t write_total = 0;
-  bool nak_seq_sent = false;  // one PSN-sequence NAK per gap...
-  uint32_t nak_hi = 0;        // ...and pass: highest PSN seen since it (a lower one: a new pass)
-  bool uc_drop = false;       // UC: dropping until the next FIRST/ONLY
-  // coalesced ACK/NAK waiting to go out
-  bool ack_pending = false;
+  SeqNak seq = SeqNak::clear;  // one PSN-sequence NAK per gap...
+  uint32_t nak_hi = 0;         // ...and pass: highest PSN seen since it (a lower one: a new pass)
+  AckOwed ack = AckOwed::none;
   uint32_t ack_psn = 0;
   uint8_t ack_syndrome = 0;
   uint32_t acks_owed = 0;  // packets asking for an ACK since the last one sent

@@ -1,5 +1,6 @@
 #include "transport/qp_engine.hpp"
 
+#include <cstdio>
 #include <cstring>
 
 #include "transport/nic.hpp"
@@ -41,6 +42,7 @@ void QpEngine::complete_send(SendWqe& w, WcStatus status) noexcept {
 void QpEngine::set_error_state() noexcept {
   if (attr.qp_state == verbs::QpState::err) return;
   attr.qp_state = verbs::QpState::err;
+  transition(qpn_, req.drain, SqDrain::none);
   flush_locked();
 }
 
@@ -55,17 +57,18 @@ void QpEngine::flush_locked() noexcept {
   wc.status = WcStatus::wr_flush_err;
   wc.opcode = WcOpcode::recv;
   wc.qp_num = qpn_;
-  if ((resp.in_send || resp.recv_held) && !resp.recv_from_srq) {
+  if (resp.slot == RecvSlot::rq) {  // a SEND being filled, or a WQE held for the next message
     wc.wr_id = resp.recv.wr_id;
     nic_->deliver(recv_cq(), wc, true);
   }
-  resp.in_send = resp.in_write = resp.recv_held = false;
+  transition(qpn_, resp.msg, RespMsg::idle);
+  transition(qpn_, resp.slot, RecvSlot::empty);
   while (!rq.empty()) {
     wc.wr_id = rq.at(rq.head()).wr_id;
     nic_->deliver(recv_cq(), wc, true);
     rq.pop();
   }
-  resp.ack_pending = false;
+  transition(qpn_, resp.ack, AckOwed::none);
   resp.res_pending = 0;
   for (auto& r : resp.res) r.pending = false;
   if (init_.srq) owner().async_event(verbs::AsyncEventType::qp_last_wqe_reached);
@@ -129,12 +132,13 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
       }
       req.retry_left = attr.retry_cnt;
       req.rnr_left = attr.rnr_retry;
+      transition(qpn_, req.drain, SqDrain::none);  // SQD -> RTS
       attr.qp_state = next;
       nic.schedule(*this);
       nic.pump();
       return;
     case QpState::sqd:
-      req.drained_notified = false;
+      transition(qpn_, req.drain, SqDrain::draining);
       attr.qp_state = next;
       retire(nic, *this);  // notifies at once if already drained
       return;
@@ -150,13 +154,13 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
 verbs::QpAttr QpEngine::query() const noexcept {
   verbs::QpAttr a = attr;
   a.cur_qp_state = a.qp_state;
-  a.sq_draining = a.qp_state == verbs::QpState::sqd && !req.drained_notified;
+  a.sq_draining = a.qp_state == verbs::QpState::sqd && req.drain == SqDrain::draining;
   return a;
 }
 
 void QpEngine::send_owed_ack() noexcept {
   using verbs::QpState;
-  if (type() != verbs::QpType::rc || !resp.ack_pending || resp.res_pending) return;
+  if (type() != verbs::QpType::rc || resp.ack == AckOwed::none || resp.res_pending) return;
   if (attr.qp_state != QpState::rtr && attr.qp_state != QpState::rts && attr.qp_state != QpState::sqd) return;
   if (nic_->tx().full()) nic_->flush_tx();
   responder_flush_ack(*nic_, *this);
@@ -239,6 +243,37 @@ Status QpEngine::post_recv(std::span<const verbs::RecvWr> wrs, size_t* bad) {
   Status result = post_recv_wrs(rq, wrs, bad, "receive queue", "max_recv_sge");
   if (attr.qp_state == verbs::QpState::err) flush_locked();
   return result;
+}
+
+EngineSnapshot QpEngine::snapshot() const noexcept {
+  EngineSnapshot e;
+  e.state = attr.qp_state;
+  e.sq_size = sq.size();
+  e.rq_size = rq.size();
+  e.una_psn = req.una_psn;
+  e.next_psn = req.next_psn;
+  e.retry = req.retry;
+  e.rnr = req.rnr;
+  e.gap = req.gap;
+  e.drain = req.drain;
+  e.recovery = req.recovery;
+  e.epsn = resp.epsn;
+  e.msg = resp.msg;
+  e.slot = resp.slot;
+  e.ack = resp.ack;
+  e.seq = resp.seq;
+  return e;
+}
+
+std::string to_string(const EngineSnapshot& s) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%s sq=%u rq=%u una=%u next=%u [retry=%s rnr=%s gap=%s drain=%s recovery=%s] epsn=%u "
+                "[msg=%s slot=%s ack=%s seq=%s]",
+                verbs::to_string(s.state), s.sq_size, s.rq_size, s.una_psn, s.next_psn, to_string(s.retry),
+                to_string(s.rnr), to_string(s.gap), to_string(s.drain), to_string(s.recovery), s.epsn, to_string(s.msg),
+                to_string(s.slot), to_string(s.ack), to_string(s.seq));
+  return buf;
 }
 
 }  // namespace uroce::transport

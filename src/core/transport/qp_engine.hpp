@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
@@ -37,8 +38,19 @@ struct EngineSnapshot {
   verbs::QpState state = verbs::QpState::reset;
   uint32_t sq_size = 0, rq_size = 0;   // WQEs queued
   uint32_t una_psn = 0, next_psn = 0;  // requester
-  uint32_t epsn = 0;                   // responder: the PSN it expects
+  RetryTimer retry = RetryTimer::off;
+  RnrGate rnr = RnrGate::open;
+  ReadGap gap = ReadGap::none;
+  SqDrain drain = SqDrain::none;
+  Recovery recovery = Recovery::none;
+  uint32_t epsn = 0;  // responder: the PSN it expects
+  RespMsg msg = RespMsg::idle;
+  RecvSlot slot = RecvSlot::empty;
+  AckOwed ack = AckOwed::none;
+  SeqNak seq = SeqNak::clear;
 };
+// "RTS sq=2 rq=4 una=10 next=12 [retry=armed rnr=open ...] epsn=7 [msg=send ...]"
+std::string to_string(const EngineSnapshot& s);
 
 class QpEngine {
  public:
@@ -80,9 +92,7 @@ class QpEngine {
   // Completes every outstanding WQE with WR_FLUSH_ERR (QP in ERR).
   void flush_locked() noexcept;
   void complete_send(SendWqe& wqe, verbs::WcStatus status) noexcept;
-  EngineSnapshot snapshot() const noexcept {
-    return {attr.qp_state, sq.size(), rq.size(), req.una_psn, req.next_psn, resp.epsn};
-  }
+  EngineSnapshot snapshot() const noexcept;
 
   verbs::QpAttr attr;  // the one copy of the attributes; attr.qp_state is the QP's state
   WorkQueue<SendWqe> sq;

@@ -223,7 +223,7 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   bool more = false;
   while (true) {
     const verbs::QpState st = qp.state();
-    if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr_wait) break;
+    if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
     if (r.send_idx == qp.sq.tail()) break;
     if (budget == 0) {
       more = true;

@@ -33,20 +33,13 @@ constexpr uint32_t kMaxMessage = 1u << 31;
 // well), and a pending RNR or error NAK is not replaced by anything: the
 // sequence NAKs that packets behind it draw would hide it from the requester
 // (an error would turn into a retry, an RNR wait into a tight resend loop).
-bool nak_pending(const ResponderState& s) noexcept {
-  return s.ack_pending && wire::aeth_type(s.ack_syndrome) != wire::AckType::ack;
-}
-bool final_nak_pending(const ResponderState& s) noexcept {
-  return nak_pending(s) && !(wire::aeth_type(s.ack_syndrome) == wire::AckType::nak &&
-                             NakCode(wire::aeth_value(s.ack_syndrome)) == NakCode::psn_sequence_error);
-}
 
 // `lazy`: the packet completed a receive, so the application may answer it
 // right away and the ACK can leave with that answer (see below).
 void queue_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept {
   ResponderState& s = qp.resp;
-  if (nak_pending(s)) return;
-  s.ack_pending = true;
+  if (s.ack == AckOwed::seq_nak || s.ack == AckOwed::nak) return;
+  transition(qp.qpn(), s.ack, AckOwed::ack);
   s.ack_psn = psn;
   s.ack_syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
   // An ACK for one message that completed a receive waits for what the
@@ -62,13 +55,14 @@ void queue_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept {
 
 void queue_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
   ResponderState& s = qp.resp;
-  if (final_nak_pending(s)) return;
-  s.ack_pending = true;
+  if (s.ack == AckOwed::nak) return;
+  const bool seq = type == wire::AckType::nak && NakCode(value) == NakCode::psn_sequence_error;
+  transition(qp.qpn(), s.ack, seq ? AckOwed::seq_nak : AckOwed::nak);
   s.ack_psn = psn;
   s.ack_syndrome = wire::make_syndrome(type, value);
   // The requester resends from `psn` after any NAK: packets behind it that
   // arrive meanwhile are dropped without a sequence NAK of their own.
-  s.nak_seq_sent = true;
+  transition(qp.qpn(), s.seq, SeqNak::sent);
   s.nak_hi = psn;
   Counters& c = nic.counters();
   if (type == wire::AckType::rnr_nak)
@@ -96,36 +90,37 @@ bool take_recv(QpEngine& qp) noexcept {
   ResponderState& s = qp.resp;
   if (RecvSource* srq = qp.srq()) {
     if (!srq->take(s.recv, s.recv_sges)) return false;
-    s.recv_from_srq = true;
+    transition(qp.qpn(), s.slot, RecvSlot::srq);
   } else {
     if (qp.rq.empty()) return false;
     const uint32_t h = qp.rq.head();
     s.recv = qp.rq.at(h);
     s.recv_sges.assign(qp.rq.sges(h), qp.rq.sges(h) + s.recv.num_sge);
     qp.rq.pop();
-    s.recv_from_srq = false;
+    transition(qp.qpn(), s.slot, RecvSlot::rq);
   }
   s.recv_off = 0;
   return true;
 }
 
-// A receive WQE kept from a dropped UC message, else the next one.
+// The receive WQE held from a message that was not completed, else the
+// next one.  Called with no SEND in progress.
 bool acquire_recv(QpEngine& qp) noexcept {
   ResponderState& s = qp.resp;
-  if (s.recv_held) {
-    s.recv_held = false;
+  if (s.slot != RecvSlot::empty) {
     s.recv_off = 0;
     return true;
   }
   return take_recv(qp);
 }
 
-// UC drops a broken message whole; a receive WQE it had started to fill is
-// kept for the next message (IBA 9.8.3: it is not completed).
-void abandon_message(ResponderState& s) noexcept {
-  if (s.in_send) s.recv_held = true;
-  s.in_send = s.in_write = false;
-}
+// The receive WQE the responder owns was completed.
+void release_recv(QpEngine& qp) noexcept { transition(qp.qpn(), qp.resp.slot, RecvSlot::empty); }
+
+// UC drops a broken message whole and then every packet up to the next
+// FIRST/ONLY; a receive WQE it had started to fill stays held for the next
+// message (IBA 9.8.3: it is not completed).
+void drop_uc_message(QpEngine& qp) noexcept { transition(qp.qpn(), qp.resp.msg, RespMsg::uc_drop); }
 
 void complete_recv(Nic& nic, QpEngine& qp, WcStatus status, verbs::WcOpcode opcode, uint32_t byte_len, uint32_t flags,
                    uint32_t imm, bool solicited) noexcept {
@@ -145,16 +140,15 @@ void complete_recv(Nic& nic, QpEngine& qp, WcStatus status, verbs::WcOpcode opco
 // failure the QP enters ERR, IBA 9.9.3); UC drops the message.
 void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus recv_status) noexcept {
   ResponderState& s = qp.resp;
-  const bool had_recv = s.in_send || recv_status != WcStatus::success;
   if (qp.type() == verbs::QpType::uc) {
-    abandon_message(s);
     ++nic.counters().uc_dropped_messages;
-    s.uc_drop = true;
+    drop_uc_message(qp);
     return;
   }
-  s.in_send = s.in_write = false;
-  if (had_recv && recv_status != WcStatus::success) {
+  transition(qp.qpn(), s.msg, RespMsg::idle);
+  if (recv_status != WcStatus::success) {  // a SEND's receive WQE fails
     complete_recv(nic, qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
+    release_recv(qp);
     qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   }
   responder_nak(nic, qp, psn, code);
@@ -205,12 +199,12 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
         queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
       } else {
         ++nic.counters().uc_dropped_messages;
-        s.uc_drop = true;
+        drop_uc_message(qp);
         s.epsn = psn_add(psn, 1);
       }
       return;
     }
-    s.in_send = true;
+    transition(qp.qpn(), s.msg, RespMsg::send);
   }
   if (s.recv_off + pkt.payload.size() > s.recv.length) {
     ++nic.counters().resp_len_errors;
@@ -232,7 +226,8 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
       imm = pkt.hdr.ieth;
     }
     complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm, pkt.hdr.bth.solicited);
-    s.in_send = false;
+    release_recv(qp);
+    transition(qp.qpn(), s.msg, RespMsg::idle);
     s.msn = psn_add(s.msn, 1);
   }
   s.epsn = psn_add(psn, 1);
@@ -253,7 +248,7 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     s.write_rkey = reth.rkey;
     s.write_va = reth.va;
     s.write_left = s.write_total = reth.length;
-    s.in_write = true;
+    transition(qp.qpn(), s.msg, RespMsg::write);
   }
   const uint32_t len = uint32_t(pkt.payload.size());
   const bool last = flags & op::kLast;
@@ -268,12 +263,11 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     if (rc) {
       // The requester resends from this packet: a WRITE_ONLY comes back as
       // a FIRST, so the message must not count as begun.
-      if (flags & op::kFirst) s.in_write = false;
+      if (flags & op::kFirst) transition(qp.qpn(), s.msg, RespMsg::idle);
       queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
     } else {
       ++nic.counters().uc_dropped_messages;
-      s.in_write = false;
-      s.uc_drop = true;
+      drop_uc_message(qp);
       s.epsn = psn_add(psn, 1);
     }
     return;
@@ -289,11 +283,13 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     s.write_left -= len;
   }
   if (last) {
-    s.in_write = false;
+    transition(qp.qpn(), s.msg, RespMsg::idle);
     s.msn = psn_add(s.msn, 1);
-    if (flags & op::kImm)
+    if (flags & op::kImm) {
       complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv_rdma_with_imm, s.write_total,
                     verbs::wc_flags::kWithImm, pkt.hdr.imm, pkt.hdr.bth.solicited);
+      release_recv(qp);
+    }
   }
   s.epsn = psn_add(psn, 1);
   if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, last && (flags & op::kImm));
@@ -447,7 +443,7 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
     const int32_t d = psn_diff(psn, s.epsn);
     if (d > 0) {  // a gap: ask for the missing PSN (go-back-N)
       ++nic.counters().resp_future_psn;
-      if (!s.nak_seq_sent) {
+      if (s.seq == SeqNak::clear) {
         responder_nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
         s.nak_hi = psn;
       } else if (pkt.hdr.bth.ack_req && psn_before(psn, s.nak_hi)) {
@@ -470,27 +466,31 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
       on_duplicate(nic, qp, pkt);
       return;
     }
-    s.nak_seq_sent = false;
+    transition(qp.qpn(), s.seq, SeqNak::clear);
   } else {  // UC: resynchronise on a gap, dropping the broken message
     if (psn != s.epsn) {
       // A message in progress is lost, and so is one whose first packet
       // went missing (its tail is about to be discarded).
-      if (s.in_send || s.in_write || (!s.uc_drop && !(flags & op::kFirst))) ++nic.counters().uc_dropped_messages;
-      abandon_message(s);
-      s.uc_drop = true;
+      if (s.msg == RespMsg::send || s.msg == RespMsg::write || (s.msg == RespMsg::idle && !(flags & op::kFirst)))
+        ++nic.counters().uc_dropped_messages;
+      drop_uc_message(qp);
     }
-    if (s.uc_drop) {
+    if (s.msg == RespMsg::uc_drop) {
       if (!(flags & op::kFirst)) {
         s.epsn = psn_add(psn, 1);
         return;
       }
-      s.uc_drop = false;
+      transition(qp.qpn(), s.msg, RespMsg::idle);
     }
   }
-  // Opcode sequence (IBA 9.7.5.1.4? C9-??): a message in progress continues.
-  const bool cont_ok = s.in_send    ? ((flags & op::kSend) && !(flags & op::kFirst))
-                       : s.in_write ? ((flags & op::kWrite) && !(flags & op::kFirst))
-                                    : starts_message(flags);
+  // Opcode sequence: a message in progress continues.
+  bool cont_ok = false;
+  switch (s.msg) {
+    case RespMsg::send: cont_ok = (flags & op::kSend) && !(flags & op::kFirst); break;
+    case RespMsg::write: cont_ok = (flags & op::kWrite) && !(flags & op::kFirst); break;
+    case RespMsg::idle:
+    case RespMsg::uc_drop: cont_ok = starts_message(flags); break;
+  }
   if (!cont_ok) {
     ++nic.counters().resp_opcode_seq_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);

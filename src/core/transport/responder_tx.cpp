@@ -22,9 +22,9 @@ void emit_ack(Nic& nic, QpEngine& qp) noexcept {
   h.aeth.syndrome = s.ack_syndrome;
   h.aeth.msn = s.msn;
   nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
-  s.ack_pending = false;
+  if (s.ack == AckOwed::ack) ++nic.counters().resp_acks_sent;
+  transition(qp.qpn(), s.ack, AckOwed::none);
   s.acks_owed = 0;
-  if (wire::aeth_type(s.ack_syndrome) == wire::AckType::ack) ++nic.counters().resp_acks_sent;
 }
 
 // One packet of a READ response or an atomic ACK.  False if the resource is
@@ -90,17 +90,17 @@ bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
       --s.res_pending;
     }
   }
-  if (s.res_pending == 0 && s.ack_pending && budget > 0) {
+  if (s.res_pending == 0 && s.ack != AckOwed::none && budget > 0) {
     if (nic.tx().full()) nic.flush_tx();
     --budget;
     emit_ack(nic, qp);
   }
-  return s.res_pending > 0 || s.ack_pending;
+  return s.res_pending > 0 || s.ack != AckOwed::none;
 }
 
 void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept {
   size_t budget = 1;
-  if (qp.resp.ack_pending && qp.resp.res_pending == 0) responder_produce(nic, qp, budget);
+  if (qp.resp.ack != AckOwed::none && qp.resp.res_pending == 0) responder_produce(nic, qp, budget);
 }
 
 }  // namespace uroce::transport

@@ -71,8 +71,9 @@ void retire(Nic& nic, QpEngine& qp) noexcept {
     if (w.signaled || w.status != verbs::WcStatus::success) qp.complete_send(w, w.status);
     sq.pop();
   }
-  if (qp.state() == verbs::QpState::sqd && !qp.req.drained_notified && (sq.empty() || !sq.at(sq.head()).assigned)) {
-    qp.req.drained_notified = true;
+  if (qp.state() == verbs::QpState::sqd && qp.req.drain == SqDrain::draining &&
+      (sq.empty() || !sq.at(sq.head()).assigned)) {
+    transition(qp.qpn(), qp.req.drain, SqDrain::drained);
     if (qp.attr.en_sqd_async_notify) qp.owner().async_event(verbs::AsyncEventType::sq_drained);
   }
   (void)nic;
@@ -91,8 +92,8 @@ void fail_wqe(Nic& nic, QpEngine& qp, uint32_t idx, verbs::WcStatus status) noex
 void requester_arm_retransmit(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   if (r.una_psn == r.send_psn && r.una_psn == r.next_psn) return;
-  if (!r.timer_armed) {
-    r.timer_armed = true;
+  if (r.retry == RetryTimer::off) {
+    transition(qp.qpn(), r.retry, RetryTimer::armed);
     // The NIC's clock is only refreshed when packets arrive or the progress
     // thread wakes; after an idle spell it is old, and a deadline from it
     // would already have passed.  Posting is the one path that arms
@@ -107,22 +108,23 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   const verbs::QpState st = qp.state();
   if (st != verbs::QpState::rts && st != verbs::QpState::sqd) {
-    r.timer_armed = r.rnr_wait = false;
+    transition(qp.qpn(), r.retry, RetryTimer::off);
+    transition(qp.qpn(), r.rnr, RnrGate::open);
     return;
   }
   const Clock::time_point now = nic.now();
-  if (r.rnr_wait) {
+  if (r.rnr == RnrGate::waiting) {
     if (now >= r.rnr_until) {
-      r.rnr_wait = false;
+      transition(qp.qpn(), r.rnr, RnrGate::open);
       nic.schedule(qp);
     } else {
       nic.arm_timer(qp, r.rnr_until);
       return;
     }
   }
-  if (!r.timer_armed) return;
+  if (r.retry == RetryTimer::off) return;
   if (r.una_psn == r.next_psn) {  // nothing outstanding
-    r.timer_armed = false;
+    transition(qp.qpn(), r.retry, RetryTimer::off);
     return;
   }
   if (now < r.deadline) {
@@ -138,7 +140,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
         fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
       else
         qp.set_error_state();
-      r.timer_armed = false;
+      transition(qp.qpn(), r.retry, RetryTimer::off);
       return;
     }
     --r.retry_left;

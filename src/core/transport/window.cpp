@@ -14,19 +14,20 @@ namespace uroce::transport {
 
 void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept {
   RequesterState& r = qp.req;
-  if (!timeout && r.recovering && psn_before(r.una_psn, r.recover_psn)) return;
+  if (!timeout && r.recovery == Recovery::after_cut && psn_before(r.una_psn, r.recover_psn)) return;
   const uint32_t w = window_pkts(qp);
   const uint32_t cut = timeout ? kMinWindowPkts : std::max(kMinWindowPkts, w / 2);
   r.cwnd = cut;
   r.cwnd_acked = 0;
   r.recover_psn = r.next_psn;
-  r.recovering = true;
+  transition(qp.qpn(), r.recovery, Recovery::after_cut);
   if (cut < w) ++nic.counters().req_window_cuts;
 }
 
 void window_on_ack(QpEngine& qp, uint32_t acked) noexcept {
   RequesterState& r = qp.req;
-  if (r.recovering && !psn_before(psn_add(r.una_psn, acked), r.recover_psn)) r.recovering = false;
+  if (r.recovery == Recovery::after_cut && !psn_before(psn_add(r.una_psn, acked), r.recover_psn))
+    transition(qp.qpn(), r.recovery, Recovery::none);
   if (r.cwnd == 0) return;  // at the maximum
   r.cwnd_acked += acked;
   while (r.cwnd_acked >= r.cwnd && r.cwnd != 0) {

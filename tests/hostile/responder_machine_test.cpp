@@ -1,0 +1,182 @@
+// The responder's protocol machines (transport/engine_state.hpp: RespMsg,
+// RecvSlot, AckOwed, SeqNak) driven by hand-built packets, each step checked
+// in the engine's snapshot, on the wire and in the completion queue.
+#include "hostile.hpp"
+#include "transport/qp_engine.hpp"
+
+namespace uroce::test {
+namespace {
+
+using transport::AckOwed;
+using transport::EngineSnapshot;
+using transport::RecvSlot;
+using transport::RespMsg;
+using transport::SeqNak;
+using wire::AckType;
+using wire::NakCode;
+using wire::Opcode;
+
+std::vector<uint8_t> bytes(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
+
+EngineSnapshot snap(Victim&, const Qp& qp) { return qp.debug_snapshot(); }
+
+wire::Headers send_pkt(Opcode op, uint32_t qpn, uint32_t psn, bool ack_req = true) {
+  return bth(uint8_t(op), qpn, psn, ack_req);
+}
+
+std::vector<Wc> poll_all(Cq& cq) {
+  std::vector<Wc> out(16);
+  const auto n = cq.poll(out);
+  out.resize(n.ok() ? size_t(*n) : 0);
+  return out;
+}
+
+// (type, value, psn) of every ACK/NAK the victim sent.
+struct Answer {
+  AckType type;
+  uint8_t value;
+  uint32_t psn;
+  bool operator==(const Answer&) const = default;
+};
+std::vector<Answer> acks(Victim& v) {
+  std::vector<Answer> out;
+  for (const auto& h : v.answers())
+    if (h.bth.opcode == uint8_t(Opcode::rc_ack))
+      out.push_back({wire::aeth_type(h.aeth.syndrome), wire::aeth_value(h.aeth.syndrome), h.bth.psn});
+  return out;
+}
+
+TEST(ResponderMachine, NameTablesCoverEveryValue) {
+  EXPECT_STREQ(to_string(RespMsg::uc_drop), "uc_drop");
+  EXPECT_STREQ(to_string(RecvSlot::srq), "srq");
+  EXPECT_STREQ(to_string(AckOwed::seq_nak), "seq_nak");
+  EXPECT_STREQ(to_string(SeqNak::sent), "sent");
+  EXPECT_STREQ(to_string(transport::SqDrain::drained), "drained");
+  EXPECT_STREQ(to_string(transport::Recovery::after_cut), "after_cut");
+  EXPECT_STREQ(to_string(RespMsg(4)), "?");
+  EXPECT_STREQ(machine_name(transport::RnrGate::open), "RnrGate");
+  EXPECT_EQ(std::size(transport::kAckOwedNames), 4u);
+}
+
+// A two-packet SEND into the WQE the Victim posted: the message and the WQE it fills, then both released
+// at the LAST packet, which completes the receive and is acknowledged.
+TEST(ResponderMachine, SendFillsAWqeThenReleasesIt) {
+  Victim v;
+  const uint32_t q = v.qp->qpn();
+  v.send1(Victim::packet(send_pkt(Opcode::rc_send_first, q, v.epsn++, false), bytes(1024, 1)));
+  EngineSnapshot s = snap(v, *v.qp);
+  EXPECT_EQ(s.msg, RespMsg::send) << to_string(s);
+  EXPECT_EQ(s.slot, RecvSlot::rq) << to_string(s);
+  EXPECT_EQ(s.rq_size, 0u);
+  EXPECT_TRUE(poll_all(*v.cq).empty());
+  v.send1(Victim::packet(send_pkt(Opcode::rc_send_last, q, v.epsn++), bytes(10, 2)));
+  s = snap(v, *v.qp);
+  EXPECT_EQ(s.msg, RespMsg::idle) << to_string(s);
+  EXPECT_EQ(s.slot, RecvSlot::empty) << to_string(s);
+  EXPECT_EQ(s.ack, AckOwed::none) << "the ACK is still owed: " << to_string(s);
+  auto wc = poll_all(*v.cq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(wc[0].wr_id, 42u);
+  EXPECT_EQ(wc[0].byte_len, 1034u);
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::ack, wire::kCreditsInvalid, v.epsn - 1}}));
+}
+
+// No receive WQE (qp_none has none posted): an RNR NAK, and the message
+// does not count as begun.
+TEST(ResponderMachine, SendWithoutAWqeIsRnrNakedAndLeavesNoState) {
+  Victim v;
+  const uint32_t q = v.qp_none->qpn();
+  v.send1(Victim::packet(send_pkt(Opcode::rc_send_first, q, v.epsn_none), bytes(1024, 1)));
+  const EngineSnapshot s = snap(v, *v.qp_none);
+  EXPECT_EQ(s.msg, RespMsg::idle) << to_string(s);
+  EXPECT_EQ(s.slot, RecvSlot::empty) << to_string(s);
+  EXPECT_EQ(s.ack, AckOwed::none) << to_string(s);
+  EXPECT_EQ(s.epsn, v.epsn_none);
+  const auto a = acks(v);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].type, AckType::rnr_nak);
+  EXPECT_EQ(a[0].psn, v.epsn_none);
+  EXPECT_TRUE(poll_all(*v.cq).empty());
+}
+
+// A gap draws one sequence NAK for the expected PSN; later packets of the
+// same pass draw none; the expected packet clears it.
+TEST(ResponderMachine, OneSequenceNakPerGap) {
+  Victim v;
+  const uint32_t q = v.qp->qpn();
+  auto write = [&](uint32_t psn, bool ack_req) {
+    wire::Headers h = write_only(q, psn, v.all.addr() + 64 * (psn - kRqPsn), v.all.rkey(), 64);
+    h.bth.ack_req = ack_req;
+    return Victim::packet(h, bytes(64, 0x33));
+  };
+  v.send1(write(v.epsn + 2, false));
+  EngineSnapshot s = snap(v, *v.qp);
+  EXPECT_EQ(s.seq, SeqNak::sent) << to_string(s);
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::nak, uint8_t(NakCode::psn_sequence_error), v.epsn}}));
+  v.send1(write(v.epsn + 3, false));
+  EXPECT_TRUE(acks(v).empty()) << "a second NAK for the same gap";
+  EXPECT_EQ(snap(v, *v.qp).seq, SeqNak::sent);
+  v.send1(write(v.epsn, true));
+  s = snap(v, *v.qp);
+  EXPECT_EQ(s.seq, SeqNak::clear) << to_string(s);
+  EXPECT_EQ(s.epsn, v.epsn + 1);
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::ack, wire::kCreditsInvalid, v.epsn}}));
+  v.resnapshot();
+}
+
+// A WRITE in progress is the message; a SEND_MIDDLE while idle is an
+// opcode-sequence error (NAK invalid request) and leaves the machine idle.
+TEST(ResponderMachine, WriteInProgressAndOpcodeSequence) {
+  Victim v;
+  const uint32_t q = v.qp->qpn();
+  v.send1(Victim::packet(send_pkt(Opcode::rc_send_middle, q, v.epsn), bytes(1024, 1)));
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::nak, uint8_t(NakCode::invalid_request), v.epsn}}));
+  EXPECT_EQ(snap(v, *v.qp).msg, RespMsg::idle);
+  wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
+  first.reth = {v.all.addr(), v.all.rkey(), 2048};
+  v.send1(Victim::packet(first, bytes(1024, 7)));
+  EngineSnapshot s = snap(v, *v.qp);
+  EXPECT_EQ(s.msg, RespMsg::write) << to_string(s);
+  EXPECT_EQ(s.slot, RecvSlot::empty) << to_string(s);
+  v.send1(Victim::packet(bth(uint8_t(Opcode::rc_write_last), q, v.epsn + 1), bytes(1024, 8)));
+  s = snap(v, *v.qp);
+  EXPECT_EQ(s.msg, RespMsg::idle) << to_string(s);
+  EXPECT_EQ(v.all.mem->data()[1023], 7);
+  EXPECT_EQ(v.all.mem->data()[2047], 8);
+  v.resnapshot();
+}
+
+// A WRITE with immediate takes its receive WQE before its data lands; when
+// the data cannot land (the region went away mid-message) the WQE is not
+// completed and not lost: it stays held and the next SEND fills it.
+TEST(ResponderMachine, WqeOfAFailedWriteWithImmediateIsHeldForTheNextMessage) {
+  Victim v;
+  const uint32_t q = v.qp->qpn();
+  wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
+  first.reth = {v.all.addr(), v.all.rkey(), 2048};
+  v.send1(Victim::packet(first, bytes(1024, 7)));
+  v.all.mr.reset();  // deregistered in the middle of the message
+  wire::Headers last = bth(uint8_t(Opcode::rc_write_last_imm), q, v.epsn + 1);
+  last.imm = 0x1234;
+  v.send1(Victim::packet(last, bytes(1024, 8)));
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::nak, uint8_t(NakCode::remote_access_error), v.epsn + 1}}));
+  EngineSnapshot s = snap(v, *v.qp);
+  EXPECT_EQ(s.msg, RespMsg::idle) << to_string(s);
+  EXPECT_EQ(s.slot, RecvSlot::rq) << to_string(s);
+  EXPECT_TRUE(poll_all(*v.cq).empty());
+  // The requester would now resend from a new message; a SEND fills the WQE.
+  v.send1(Victim::packet(send_pkt(Opcode::rc_send_only, q, v.epsn + 1), bytes(100, 9)));
+  auto wc = poll_all(*v.cq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(wc[0].wr_id, 42u);
+  EXPECT_EQ(wc[0].byte_len, 100u);
+  EXPECT_EQ(v.recv.mem->data()[Victim::kRegion - 4096 + 99], 9);  // the WQE the constructor posted
+  s = snap(v, *v.qp);
+  EXPECT_EQ(s.slot, RecvSlot::empty) << to_string(s);
+  v.resnapshot();
+}
+
+}  // namespace
+}  // namespace uroce::test
