@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "cm/conn.hpp"
+#include "cm/fsm.hpp"
 #include "common/log.hpp"
 
 namespace uroce::cm {
@@ -83,53 +84,47 @@ void Cm::destroy_id(Id* id) noexcept {
   if (Conn* c = id->conn_) {
     MadHeader h;
     h.tid = c->tid;
-    switch (c->state) {
-      case State::req_rcvd:
-        send_rej(*c->port, c->peer, c->tid, c->local_id, c->remote_id, MsgRef::req, RejReason::consumer_reject);
-        close_conn(*c, false);
-        break;
-      case State::req_sent:
-      case State::mra_req_rcvd:
-        send_rej(*c->port, c->peer, c->tid, c->local_id, c->remote_id, MsgRef::req, RejReason::timeout);
-        close_conn(*c, false);
-        break;
-      case State::rep_sent:
-      case State::mra_rep_rcvd:
-      case State::rep_rcvd:
-        send_rej(*c->port, c->peer, c->tid, c->local_id, c->remote_id, MsgRef::rep, RejReason::consumer_reject);
-        close_conn(*c, false);
-        break;
-      case State::sidr_req_rcvd: {
-        SidrRep rep;
-        rep.request_id = c->remote_id;
-        rep.status = uint8_t(SidrStatus::rejected);
-        rep.service_id = c->service_id;
-        encode(h, rep, c->out);
-        send(*c, c->out);
-        close_conn(*c, false);
-        break;
+    const fsm::Row* row = row_for(id, c, fsm::Ev::destroy);
+    if (!row) {
+      close_conn(*c, false);  // nothing to tell the peer
+    } else {
+      switch (row->act) {
+        case fsm::Act::destroy_rej_req:
+        case fsm::Act::destroy_rej_req_timeout:
+        case fsm::Act::destroy_rej_rep: {
+          const bool req = row->act != fsm::Act::destroy_rej_rep;
+          send_rej(*c->port, c->peer, c->tid, c->local_id, c->remote_id, req ? MsgRef::req : MsgRef::rep,
+                   row->act == fsm::Act::destroy_rej_req_timeout ? RejReason::timeout : RejReason::consumer_reject);
+          break;
+        }
+        case fsm::Act::destroy_sidr_rej: {
+          SidrRep rep;
+          rep.request_id = c->remote_id;
+          rep.status = uint8_t(SidrStatus::rejected);
+          rep.service_id = c->service_id;
+          encode(h, rep, c->out);
+          send(*c, c->out);
+          break;
+        }
+        case fsm::Act::destroy_dreq: {
+          // The connection is torn down without its id: DREQ, then timewait.
+          Dreq d;
+          d.local_comm_id = c->local_id;
+          d.remote_comm_id = c->remote_id;
+          d.remote_qpn = c->remote_qpn;
+          encode(h, d, c->out);
+          c->id = nullptr;
+          c->disconnect_reported = true;
+          send_retried(*c, mad_timeout(c->peer_timeout), c->peer_retries);
+          break;
+        }
+        case fsm::Act::destroy_drep:
+          c->id = nullptr;
+          send_drep(*c);
+          break;
+        default: c->id = nullptr; break;  // detach: the record finishes on its own
       }
-      case State::established: {
-        // The connection is torn down without its id: DREQ, then timewait.
-        Dreq d;
-        d.local_comm_id = c->local_id;
-        d.remote_comm_id = c->remote_id;
-        d.remote_qpn = c->remote_qpn;
-        encode(h, d, c->out);
-        c->id = nullptr;
-        c->state = State::dreq_sent;
-        c->disconnect_reported = true;
-        send_retried(*c, mad_timeout(c->peer_timeout), c->peer_retries);
-        break;
-      }
-      case State::dreq_rcvd:
-        c->id = nullptr;
-        send_drep(*c);
-        enter_timewait(*c);
-        break;
-      case State::dreq_sent:
-      case State::timewait: c->id = nullptr; break;
-      default: close_conn(*c, false); break;
+      enter(c->id, c, *row);
     }
   }
   ids_.erase(id);

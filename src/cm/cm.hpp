@@ -11,20 +11,10 @@
 // issued under that mutex -- so neither a sink nor a QpControl may call back
 // into the Cm.
 //
-// Connection states of an id (IBA 12.9.6, active and passive side):
-//
-//   active:  route_resolved --connect--> req_sent --REP--> established
-//                                  (MRA: mra_req_rcvd)  \-> rep_rcvd (no QP:
-//                                                           CONNECT_RESPONSE,
-//                                                           establish -> RTU)
-//   passive: REQ -> req_rcvd (CONNECT_REQUEST) --accept--> rep_sent --RTU-->
-//            established          (dup REQ: MRA sent)  (MRA: mra_rep_rcvd)
-//   both:    established --disconnect--> dreq_sent --DREP--> timewait
-//            established --DREQ--> dreq_rcvd (DISCONNECTED) --disconnect/
-//            destroy: DREP--> timewait --timer--> closed (TIMEWAIT_EXIT)
-//   UD:      route_resolved --connect: SIDR_REQ--> sidr_req_sent --SIDR_REP-->
-//            ESTABLISHED (or UNREACHABLE);  SIDR_REQ -> sidr_req_rcvd
-//            (CONNECT_REQUEST) --accept/reject: SIDR_REP--> closed
+// Connection states of an id (IBA 12.9.6, active and passive side, and
+// 12.11 SIDR): the transitions are the rows of fsm::kTable (fsm.hpp), each
+// (state, event [, guard]) -> (action, next state); Cm::row_for looks them
+// up and Cm::enter makes them, and `UROCE_LOG=trace` prints each one.
 //
 // REQ, REP, DREQ and SIDR_REQ are retransmitted on their timers (the peer's
 // CM response timeout plus twice the packet lifetime) up to the max CM
@@ -249,6 +239,10 @@ enum class State : uint8_t {
 const char* to_string(State s) noexcept;
 
 struct Conn;
+namespace fsm {
+enum class Ev : uint8_t;
+struct Row;
+}  // namespace fsm
 
 // An rdma_cm_id.  Owned by the Cm; the application's handle until
 // destroy_id().  Accessors may be used under the CM lock (in an EventSink)
@@ -393,6 +387,12 @@ class Cm {
   Conn* new_conn(Id* id, GsiPort* port, bool active);
   void drop_conn(Conn* c) noexcept;
   void set_state(Conn& c, State s) noexcept;  // of the record and of its id
+  // The transition table (fsm.hpp): the row for `ev` on record `c` (null:
+  // the id alone), traced; null when the pair has none.
+  const fsm::Row* row_for(const Id* id, const Conn* c, fsm::Ev ev) const noexcept;
+  // Moves the record and its id (or the id alone) to the row's next state,
+  // or its fail state: the one place states change once a row is found.
+  void enter(Id* id, Conn* c, const fsm::Row& r, bool failed = false) noexcept;
   void emit(Event&& ev) noexcept;
   void emit_simple(Id* id, EventType t, int status = 0) noexcept;
   void wake() noexcept { woke_ = true; }
@@ -427,8 +427,8 @@ class Cm {
   void fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept;
   void conn_event(Conn& c, EventType t, int status, std::span<const uint8_t> pd) noexcept;
   void on_conn_timer(Conn& c) noexcept;
-  Status connect_rc(Id& id, const ConnParam& p);
-  Status connect_ud(Id& id, const ConnParam& p);
+  Status connect_rc(Id& id, const ConnParam& p, const fsm::Row& row);
+  Status connect_ud(Id& id, const ConnParam& p, const fsm::Row& row);
   void send_or_seek(Conn& c) noexcept;
   // Peers that are processes of this host (Conn::peer_slot): note one that
   // sent `src` with comm ID `peer_comm_id`; check whether they still live

@@ -9,6 +9,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
+#include "cm/fsm.hpp"
 #include "common/log.hpp"
 
 namespace uroce::cm {
@@ -141,7 +142,8 @@ Endpoint Cm::reply_endpoint(const Endpoint& src, uint32_t peer_comm_id) const no
 
 Status Cm::bind(Id* id, const Endpoint& addr) {
   OpLock g(*this);
-  if (id->state_ != State::idle) return err::inval("rdma_bind_addr: the id is already bound");
+  const fsm::Row* row = row_for(id, nullptr, fsm::Ev::bind);
+  if (!row) return err::inval("rdma_bind_addr: the id is already bound");
   GsiPort* port = nullptr;
   if (!is_any(addr.addr)) {
     port = port_for_address(addr.addr);
@@ -163,7 +165,7 @@ Status Cm::bind(Id* id, const Endpoint& addr) {
   id->port_ = port;
   id->src_ = {addr.addr, p};
   id->bound_ = true;
-  id->state_ = State::addr_bound;
+  enter(id, nullptr, *row);
   return {};
 }
 
@@ -171,13 +173,14 @@ Status Cm::resolve_addr(Id* id, const std::optional<Endpoint>& src, const Endpoi
   if (is_any(dst.addr)) return err::inval("rdma_resolve_addr: no destination address");
   if (src && id->state_ == State::idle) UROCE_TRY(bind(id, *src));
   OpLock g(*this);
-  if (id->state_ != State::idle && id->state_ != State::addr_bound)
-    return err::inval(std::string("rdma_resolve_addr: the id is ") + to_string(id->state_));
+  const fsm::Row* row = row_for(id, nullptr, fsm::Ev::resolve_addr);
+  if (!row) return err::inval(std::string("rdma_resolve_addr: the id is ") + to_string(id->state_));
   if (id->state_ == State::addr_bound && !is_any(id->src_.addr) && id->src_.addr.is_v4() != dst.addr.is_v4())
     return err::inval("rdma_resolve_addr: source and destination are of different families");
   GsiPort* port = id->port_;
   if (!port) port = route_port(dst.addr);
   if (!port || dst.addr.is_multicast()) {
+    enter(id, nullptr, *row, /*failed=*/true);  // the state stays
     emit_simple(id, EventType::addr_error, -(port ? EOPNOTSUPP : ENODEV));
     return {};
   }
@@ -195,23 +198,25 @@ Status Cm::resolve_addr(Id* id, const std::optional<Endpoint>& src, const Endpoi
   // addresses (uroce's one-machine setups) are hosts of their own.
   const bool to_self = is_loopback(dst.addr) && !port_for_address(dst.addr) && !is_loopback(port->address());
   id->dgid_ = to_self ? port->address() : dst.addr;
-  id->state_ = State::addr_resolved;
+  enter(id, nullptr, *row);
   emit_simple(id, EventType::addr_resolved);
   return {};
 }
 
 Status Cm::resolve_route(Id* id) {
   OpLock g(*this);
-  if (id->state_ != State::addr_resolved && id->state_ != State::route_resolved)
+  const fsm::Row* row = row_for(id, nullptr, fsm::Ev::resolve_route);
+  if (!row)
     return err::inval(std::string("rdma_resolve_route: the address is not resolved (the id is ") +
                       to_string(id->state_) + ")");
   if (!id->port_) {
+    enter(id, nullptr, *row, /*failed=*/true);  // the state stays
     emit_simple(id, EventType::route_error, -ENODEV);
     return {};
   }
   id->mtu_ = mtu_enum(id->port_->mtu());
   id->route_ = true;
-  id->state_ = State::route_resolved;
+  enter(id, nullptr, *row);
   emit_simple(id, EventType::route_resolved);
   return {};
 }
@@ -220,14 +225,14 @@ Status Cm::set_route(Id* id, const IpAddr& sgid, const IpAddr& dgid, uint8_t mtu
   OpLock g(*this);
   GsiPort* port = port_for_address(sgid);
   if (!port) return err::from_errno(ENODEV, "RDMA_OPTION_IB_PATH: no device has the GID " + sgid.to_string());
-  if (id->state_ != State::addr_resolved && id->state_ != State::route_resolved)
-    return err::inval("RDMA_OPTION_IB_PATH: the address is not resolved");
+  const fsm::Row* row = row_for(id, nullptr, fsm::Ev::set_route);
+  if (!row) return err::inval("RDMA_OPTION_IB_PATH: the address is not resolved");
   id->port_ = port;
   id->dst_.addr = dgid;
   id->dgid_ = dgid;
   id->mtu_ = mtu ? std::min(mtu, mtu_enum(port->mtu())) : mtu_enum(port->mtu());
   id->route_ = true;
-  id->state_ = State::route_resolved;
+  enter(id, nullptr, *row);
   return {};
 }
 
@@ -236,15 +241,15 @@ Status Cm::set_route(Id* id, const IpAddr& sgid, const IpAddr& dgid, uint8_t mtu
 Status Cm::listen(Id* id, int backlog) {
   if (id->state_ == State::idle) UROCE_TRY(bind(id, Endpoint{IpAddr::from_v4(0), 0}));
   OpLock g(*this);
-  if (id->state_ != State::addr_bound)
-    return err::inval(std::string("rdma_listen: the id is ") + to_string(id->state_));
+  const fsm::Row* row = row_for(id, nullptr, fsm::Ev::listen);
+  if (!row) return err::inval(std::string("rdma_listen: the id is ") + to_string(id->state_));
   const uint64_t sid = service_id(id->ps_, id->src_.port);
   if (port_in_use(id, id->ps_, id->src_.addr, id->src_.port))
     return err::from_errno(EADDRINUSE, "rdma_listen: " + id->src_.to_string() + " is in use");
   UROCE_TRY(dir_.add_listener(id->src_.addr, sid));
   id->published_ = true;
   id->backlog_ = backlog > 0 ? std::min(backlog, cfg_.max_backlog) : cfg_.max_backlog;
-  id->state_ = State::listen;
+  enter(id, nullptr, *row);
   listeners_.emplace(sid, id);
   retry_orphans(sid, false);  // requests that came a little early
   return {};

@@ -10,6 +10,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
+#include "cm/fsm.hpp"
 #include "common/log.hpp"
 
 namespace uroce::cm {
@@ -56,6 +57,43 @@ void Cm::drop_conn(Conn* c) noexcept {
 void Cm::set_state(Conn& c, State s) noexcept {
   c.state = s;
   if (c.id) c.id->state_ = s;
+}
+
+const fsm::Row* Cm::row_for(const Id* id, const Conn* c, fsm::Ev ev) const noexcept {
+  const State key = c ? c->state : id->state_;
+  fsm::Facts f;
+  f.qp = id && id->qp_;
+  f.retries_left = c && c->has_out && c->retries_left > 0;
+  f.ud = id ? id->qp_type_ == QpType::ud : c && c->ud;
+  const fsm::Row* r = fsm::find(key, ev, f);
+  if (log::enabled(log::Level::trace)) {
+    const uint32_t comm = c ? c->local_id : 0;
+    if (r)
+      UROCE_LOG(trace, "cm: 0x%08x %s --%s/%s--> %s", comm, to_string(key), fsm::to_string(ev), fsm::to_string(r->act),
+                to_string(r->next));
+    else
+      UROCE_LOG(trace, "cm: 0x%08x %s --%s--> (no row)", comm, to_string(key), fsm::to_string(ev));
+  }
+  return r;
+}
+
+void Cm::enter(Id* id, Conn* c, const fsm::Row& r, bool failed) noexcept {
+  const State to = failed ? r.fail : r.next;
+  if (!c) {
+    if (id) id->state_ = to;
+    return;
+  }
+  if (to == c->state) return;
+  switch (to) {
+    case State::closed: {
+      Id* const was = c->id;
+      close_conn(*c, (r.flags & fsm::kKeep) != 0);
+      if ((r.flags & fsm::kIdUp) && was) was->state_ = State::established;
+      break;
+    }
+    case State::timewait: enter_timewait(*c); break;
+    default: set_state(*c, to); break;
+  }
 }
 
 // The id leaves the connection (its state becomes closed); the record stays
@@ -265,11 +303,12 @@ Status Cm::disconnect(Id* id, bool* event_follows) {
   if (event_follows) *event_follows = false;
   if (id->qp_type_ == QpType::ud) return err::inval("rdma_disconnect: a UD id has no connection");
   Conn* c = id->conn_;
-  const State st = c ? c->state : id->state_;
-  switch (st) {
-    case State::established:
-    case State::rep_sent:
-    case State::mra_rep_rcvd: {
+  const fsm::Row* row = row_for(id, c, fsm::Ev::disconnect);
+  if (!row)
+    return err::inval(std::string("rdma_disconnect: not connected (the id is ") + to_string(c ? c->state : id->state_) +
+                      ")");
+  switch (row->act) {
+    case fsm::Act::send_dreq: {
       qp_to_err(*id);
       Dreq d;
       d.local_comm_id = c->local_id;
@@ -278,88 +317,71 @@ Status Cm::disconnect(Id* id, bool* event_follows) {
       MadHeader h;
       h.tid = c->tid;
       encode(h, d, c->out);
-      set_state(*c, State::dreq_sent);
+      enter(id, c, *row);
       send_retried(*c, mad_timeout(c->peer_timeout), c->peer_retries);
       if (event_follows) *event_follows = true;
       return {};
     }
-    case State::dreq_rcvd:
+    case fsm::Act::reply_drep:
       // DISCONNECTED was reported when the DREQ came; now the DREP.
       qp_to_err(*id);
       send_drep(*c);
-      enter_timewait(*c);
+      enter(id, c, *row);
       if (event_follows) *event_follows = true;
       return {};
-    case State::dreq_sent:
-    case State::timewait:
-    case State::closed: qp_to_err(*id); return {};
-    default: return err::inval(std::string("rdma_disconnect: not connected (the id is ") + to_string(st) + ")");
+    default:  // quiesce_qp: already disconnecting or disconnected
+      qp_to_err(*id);
+      enter(id, c, *row);
+      return {};
   }
 }
 
 // ------------------------------------------------------------------ timers
 
 void Cm::on_conn_timer(Conn& c) noexcept {
-  if (c.seek_until != Clock::time_point{}) {  // a request waiting for its listener
-    c.peer = request_endpoint(c.remote_gid, c.remote_gid, c.service_id);
-    if (c.peer.port != kRoceV2Port || now() >= c.seek_until) {
-      send_or_seek(c);
-    } else {
-      c.deadline = now() + kSeekInterval;
-    }
+  const bool seeking = c.seek_until != Clock::time_point{};  // a request waiting for its listener
+  const fsm::Row* row = row_for(c.id, &c, seeking ? fsm::Ev::seek_tick : fsm::Ev::timeout);
+  if (!row) {  // a closed record kept for duplicates, or nothing to wait for
+    drop_conn(&c);
     return;
   }
-  switch (c.state) {
-    case State::req_sent:
-    case State::mra_req_rcvd:
-    case State::rep_sent:
-    case State::mra_rep_rcvd:
-    case State::dreq_sent:
-    case State::sidr_req_sent:
-      if (c.has_out && c.retries_left > 0) {
-        --c.retries_left;
-        c.deadline = now() + c.timeout;
-        UROCE_LOG(info, "cm: no answer from %s: sending %s again (%d retries left)", c.peer.to_string().c_str(),
-                  describe(c.out).c_str(), c.retries_left);
-        send(c, c.out);
-        return;
+  switch (row->act) {
+    case fsm::Act::seek:
+      c.peer = request_endpoint(c.remote_gid, c.remote_gid, c.service_id);
+      if (c.peer.port != kRoceV2Port || now() >= c.seek_until) {
+        send_or_seek(c);
+      } else {
+        c.deadline = now() + kSeekInterval;
       }
-      break;
-    case State::timewait:
-      if (Id* id = c.id) {
-        id->state_ = State::closed;
-        id->conn_ = nullptr;
-        c.id = nullptr;
-        emit_simple(id, EventType::timewait_exit);
-      }
-      drop_conn(&c);
       return;
-    default:  // a closed record kept for duplicates
-      drop_conn(&c);
+    case fsm::Act::retry:
+      --c.retries_left;
+      c.deadline = now() + c.timeout;
+      UROCE_LOG(info, "cm: no answer from %s: sending %s again (%d retries left)", c.peer.to_string().c_str(),
+                describe(c.out).c_str(), c.retries_left);
+      send(c, c.out);
       return;
+    case fsm::Act::exit_timewait: {
+      Id* const id = c.id;
+      enter(id, &c, *row);  // the record goes; the id is closed
+      if (id) emit_simple(id, EventType::timewait_exit);
+      return;
+    }
+    default: break;
   }
   // Retries are used up.
   UROCE_LOG(info, "cm: %s: no answer from %s after all retries", to_string(c.state), c.peer.to_string().c_str());
-  switch (c.state) {
-    case State::req_sent:
-    case State::mra_req_rcvd:
-      send_rej(*c.port, c.peer, c.tid, c.local_id, c.remote_id, MsgRef::req, RejReason::timeout);
+  switch (row->act) {
+    case fsm::Act::give_up_req:
+    case fsm::Act::give_up_rep:
+      send_rej(*c.port, c.peer, c.tid, c.local_id, c.remote_id,
+               row->act == fsm::Act::give_up_req ? MsgRef::req : MsgRef::rep, RejReason::timeout);
       conn_event(c, EventType::unreachable, -ETIMEDOUT, {});
-      close_conn(c, false);
       break;
-    case State::rep_sent:
-    case State::mra_rep_rcvd:
-      send_rej(*c.port, c.peer, c.tid, c.local_id, c.remote_id, MsgRef::rep, RejReason::timeout);
-      conn_event(c, EventType::unreachable, -ETIMEDOUT, {});
-      close_conn(c, false);
-      break;
-    case State::sidr_req_sent:
-      conn_event(c, EventType::unreachable, -ETIMEDOUT, {});
-      close_conn(c, false);
-      break;
-    case State::dreq_sent: enter_timewait(c); break;
-    default: break;
+    case fsm::Act::give_up_sidr: conn_event(c, EventType::unreachable, -ETIMEDOUT, {}); break;
+    default: break;  // DREQ unanswered: timewait (which reports DISCONNECTED)
   }
+  enter(c.id, &c, *row);
 }
 
 }  // namespace uroce::cm

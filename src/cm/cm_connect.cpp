@@ -5,6 +5,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
+#include "cm/fsm.hpp"
 #include "common/log.hpp"
 
 namespace uroce::cm {
@@ -13,12 +14,13 @@ namespace uroce::cm {
 
 Status Cm::connect(Id* id, const ConnParam& p) {
   OpLock g(*this);
-  if (id->state_ != State::route_resolved)
+  const fsm::Row* row = row_for(id, id->conn_, fsm::Ev::connect);
+  if (!row)
     return err::inval(std::string("rdma_connect: the route is not resolved (the id is ") + to_string(id->state_) + ")");
-  return id->qp_type_ == QpType::ud ? connect_ud(*id, p) : connect_rc(*id, p);
+  return row->act == fsm::Act::send_sidr_req ? connect_ud(*id, p, *row) : connect_rc(*id, p, *row);
 }
 
-Status Cm::connect_rc(Id& id, const ConnParam& p) {
+Status Cm::connect_rc(Id& id, const ConnParam& p, const fsm::Row& row) {
   const uint32_t qpn = id.qp_ ? id.qp_->qpn() : p.qp_num;
   if (qpn == 0) return err::inval("rdma_connect: the id has no QP and conn_param gives no qp_num");
   const uint64_t sid = service_id(id.ps_, id.dst_.port);
@@ -76,12 +78,12 @@ Status Cm::connect_rc(Id& id, const ConnParam& p) {
   MadHeader h;
   h.tid = c.tid;
   encode(h, r, c.out);
-  set_state(c, State::req_sent);
+  enter(&id, &c, row);
   send_or_seek(c);
   return {};
 }
 
-Status Cm::connect_ud(Id& id, const ConnParam& p) {
+Status Cm::connect_ud(Id& id, const ConnParam& p, const fsm::Row& row) {
   const uint64_t sid = service_id(id.ps_, id.dst_.port);
   const size_t hdr = is_ip_service(sid) ? kIpCmHeaderSize : 0;
   if (p.private_data.size() > kSidrReqPrivate - hdr)
@@ -108,7 +110,7 @@ Status Cm::connect_ud(Id& id, const ConnParam& p) {
   MadHeader h;
   h.tid = c.tid;
   encode(h, r, c.out);
-  set_state(c, State::sidr_req_sent);
+  enter(&id, &c, row);
   send_or_seek(c);
   return {};
 }
@@ -136,7 +138,8 @@ Status Cm::accept(Id* id, const ConnParam& p) {
   OpLock g(*this);
   Conn* c = id->conn_;
   const uint32_t qpn = id->qp_ ? id->qp_->qpn() : p.qp_num;
-  if (c && c->state == State::sidr_req_rcvd) {
+  const fsm::Row* row = c ? row_for(id, c, fsm::Ev::accept) : nullptr;
+  if (row && row->act == fsm::Act::accept_sidr) {
     if (p.private_data.size() > kSidrRepPrivate)
       return err::inval("rdma_accept: " + std::to_string(p.private_data.size()) + " bytes of private data (at most " +
                         std::to_string(kSidrRepPrivate) + ")");
@@ -153,11 +156,10 @@ Status Cm::accept(Id* id, const ConnParam& p) {
     encode(h, rep, c->out);
     c->has_out = true;
     send(*c, c->out);
-    close_conn(*c, true);  // kept to answer a repeated SIDR_REQ
-    id->state_ = State::established;
+    enter(id, c, *row);  // closed, kept to answer a repeated SIDR_REQ; the id is established
     return {};
   }
-  if (!c || c->state != State::req_rcvd)
+  if (!row)
     return err::inval(std::string("rdma_accept: no connection request to accept (the id is ") + to_string(id->state_) +
                       ")");
   if (qpn == 0) return err::inval("rdma_accept: the id has no QP and conn_param gives no qp_num");
@@ -171,7 +173,7 @@ Status Cm::accept(Id* id, const ConnParam& p) {
   if (id->qp_) {
     if (Status s = qp_to_rts(*id, *c); !s.ok()) {
       send_rej(*c->port, c->peer, c->tid, c->local_id, c->remote_id, MsgRef::req, RejReason::no_resources);
-      close_conn(*c, false);
+      enter(id, c, *row, /*failed=*/true);
       return s;
     }
   }
@@ -192,7 +194,7 @@ Status Cm::accept(Id* id, const ConnParam& p) {
   h.tid = c->tid;
   encode(h, rep, c->out);
   release_listener(*id);
-  set_state(*c, State::rep_sent);
+  enter(id, c, *row);
   send_retried(*c, mad_timeout(c->peer_timeout), c->peer_retries);
   return {};
 }
@@ -203,8 +205,9 @@ Status Cm::reject(Id* id, std::span<const uint8_t> pd) {
   if (!c) return err::inval(std::string("rdma_reject: nothing to reject (the id is ") + to_string(id->state_) + ")");
   MadHeader h;
   h.tid = c->tid;
-  switch (c->state) {
-    case State::sidr_req_rcvd: {
+  const fsm::Row* row = row_for(id, c, fsm::Ev::reject);
+  switch (row ? row->act : fsm::Act::none) {
+    case fsm::Act::reject_sidr: {
       if (pd.size() > kSidrRepPrivate) return err::inval("rdma_reject: too much private data");
       SidrRep rep;
       rep.request_id = c->remote_id;
@@ -214,15 +217,15 @@ Status Cm::reject(Id* id, std::span<const uint8_t> pd) {
       encode(h, rep, c->out);
       break;
     }
-    case State::req_rcvd:
-    case State::rep_rcvd: {
+    case fsm::Act::reject_req:
+    case fsm::Act::reject_rep: {
       if (pd.size() > kRejPrivate)
         return err::inval("rdma_reject: " + std::to_string(pd.size()) + " bytes of private data (at most " +
                           std::to_string(kRejPrivate) + ")");
       Rej r;
       r.local_comm_id = c->local_id;
       r.remote_comm_id = c->remote_id;
-      r.msg_rejected = c->state == State::req_rcvd ? MsgRef::req : MsgRef::rep;
+      r.msg_rejected = row->act == fsm::Act::reject_req ? MsgRef::req : MsgRef::rep;
       r.reason = uint16_t(RejReason::consumer_reject);
       copy_private(r.private_data, 0, pd);
       encode(h, r, c->out);
@@ -232,18 +235,19 @@ Status Cm::reject(Id* id, std::span<const uint8_t> pd) {
   }
   c->has_out = true;
   send(*c, c->out);
-  close_conn(*c, true);  // kept to answer a repeated REQ with the same REJ
+  enter(id, c, *row);  // closed, kept to answer a repeated REQ with the same REJ
   return {};
 }
 
 Status Cm::establish(Id* id) {
   OpLock g(*this);
   Conn* c = id->conn_;
-  if (!c || c->state != State::rep_rcvd)
+  const fsm::Row* row = c ? row_for(id, c, fsm::Ev::establish) : nullptr;
+  if (!row)
     return err::inval(std::string("rdma_establish: no connection response to complete (the id is ") +
                       to_string(id->state_) + ")");
   send_rtu(*c);
-  set_state(*c, State::established);
+  enter(id, c, *row);
   return {};
 }
 

@@ -7,6 +7,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
+#include "cm/fsm.hpp"
 #include "common/log.hpp"
 
 namespace uroce::cm {
@@ -19,19 +20,9 @@ namespace uroce::cm {
 // this host the registry says when they are gone, and the Cm then acts as if
 // that MAD had come.
 
-bool Cm::watched(const Conn& c) noexcept {
-  if (c.peer_slot == 0) return false;
-  switch (c.state) {
-    case State::req_sent:
-    case State::mra_req_rcvd:
-    case State::rep_rcvd:
-    case State::rep_sent:
-    case State::mra_rep_rcvd:
-    case State::established:
-    case State::dreq_sent: return true;
-    default: return false;
-  }
-}
+// The states whose peer the registry watches: those the table gives a
+// peer_gone row.
+bool Cm::watched(const Conn& c) noexcept { return c.peer_slot != 0 && fsm::has_row(c.state, fsm::Ev::peer_gone); }
 
 void Cm::note_peer(Conn& c, const Endpoint& src, uint32_t peer_comm_id) noexcept {
   if (cfg_.peer_check.count() <= 0 || c.peer_slot != 0) return;
@@ -67,23 +58,25 @@ void Cm::check_peers() noexcept {
 void Cm::peer_gone(Conn& c) noexcept {
   UROCE_LOG(info, "cm: the process of peer %s (registry slot %u) is gone: connection 0x%08x (%s) ends",
             c.peer.to_string().c_str(), c.peer_slot, c.local_id, to_string(c.state));
+  const fsm::Row* row = row_for(c.id, &c, fsm::Ev::peer_gone);
+  if (!row) return;
   c.has_out = false;
   c.retries_left = 0;
   c.deadline = Clock::time_point::max();
-  switch (c.state) {
-    case State::established:  // as if its DREQ had come
-      set_state(c, State::dreq_rcvd);
+  switch (row->act) {
+    case fsm::Act::gone_disconnect:  // as if its DREQ had come
+      enter(c.id, &c, *row);
       if (!c.disconnect_reported) {
         c.disconnect_reported = true;
         conn_event(c, EventType::disconnected, 0, {});
       }
       break;
-    case State::dreq_sent:  // as if its DREP had come
-      enter_timewait(c);
-      break;
-    default:  // the handshake was under way: as if its REJ had come
+    case fsm::Act::gone_reject:  // the handshake was under way: as if its REJ had come
       conn_event(c, EventType::rejected, int(RejReason::consumer_reject), {});
-      close_conn(c, false);
+      enter(c.id, &c, *row);
+      break;
+    default:  // dreq_sent: as if its DREP had come
+      enter(c.id, &c, *row);
       break;
   }
 }

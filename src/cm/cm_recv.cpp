@@ -7,6 +7,7 @@
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
+#include "cm/fsm.hpp"
 #include "common/log.hpp"
 
 namespace uroce::cm {
@@ -97,15 +98,16 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
   if (!decode(mad.data, r)) return;
   if (auto it = by_remote_.find({mad.src.addr, r.local_comm_id}); it != by_remote_.end()) {
     Conn& c = *it->second;
-    switch (c.state) {
-      case State::req_rcvd: send_mra(c, MsgRef::req); break;  // still being considered
-      case State::rep_sent:
-      case State::mra_rep_rcvd:  // our REP was lost
-      case State::closed:        // our REJ was lost
+    const fsm::Row* row = row_for(c.id, &c, fsm::Ev::req);
+    if (!row) return;
+    switch (row->act) {
+      case fsm::Act::send_mra_req: send_mra(c, MsgRef::req); break;  // still being considered
+      case fsm::Act::resend_out:                                     // our REP (or REJ) was lost
         if (c.has_out) send(c, c.out);
         break;
       default: break;
     }
+    enter(c.id, &c, *row);
     return;
   }
   const Endpoint reply = reply_endpoint(mad.src, r.local_comm_id);
@@ -168,7 +170,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
   c.req_flow_control = r.e2e_flow_control;
   c.in_remote_index = true;
   by_remote_[{mad.src.addr, r.local_comm_id}] = &c;
-  set_state(c, State::req_rcvd);
+  if (const fsm::Row* row = row_for(child, &c, fsm::Ev::req)) enter(child, &c, *row);  // offer_req
   note_peer(c, mad.src, r.local_comm_id);
 
   Event ev;
@@ -192,10 +194,12 @@ void Cm::recv_rtu(const GsiMad& mad) noexcept {
   if (!decode(mad.data, r)) return;
   Conn* c = conn_by_local(r.remote_comm_id);
   if (!c || c->active || c->remote_id != r.local_comm_id) return;
-  if (c->state != State::rep_sent && c->state != State::mra_rep_rcvd) return;  // a duplicate
+  const fsm::Row* row = row_for(c->id, c, fsm::Ev::rtu);
+  if (!row) return;  // a duplicate
+  // take_rtu
   c->has_out = false;
   c->deadline = Clock::time_point::max();
-  set_state(*c, State::established);
+  enter(c->id, c, *row);
   conn_event(*c, EventType::established, 0, r.private_data);
 }
 
@@ -209,13 +213,15 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
   Conn* c = conn_by_local(r.remote_comm_id);
   if (!c || !c->active || c->ud) return;
   if (c->remote_id != 0 && c->remote_id != r.local_comm_id) return;  // not our peer's
-  switch (c->state) {
-    case State::req_sent:
-    case State::mra_req_rcvd: break;
-    case State::established:  // our RTU was lost
+  const fsm::Row* row = row_for(c->id, c, fsm::Ev::rep);
+  if (!row) return;
+  switch (row->act) {
+    case fsm::Act::take_rep:
+    case fsm::Act::take_rep_no_qp: break;
+    case fsm::Act::resend_rtu:  // our RTU was lost
       send_rtu(*c);
       return;
-    case State::rep_rcvd:  // the application has not established yet
+    case fsm::Act::send_mra_rep:  // the application has not established yet
       send_mra(*c, MsgRef::rep);
       return;
     default: return;
@@ -243,8 +249,8 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
     ev.qp_num = r.local_qpn;
     emit(std::move(ev));
   };
-  if (!id.qp_) {
-    set_state(*c, State::rep_rcvd);
+  if (row->act == fsm::Act::take_rep_no_qp) {
+    enter(&id, c, *row);
     report(EventType::connect_response);
     return;
   }
@@ -252,11 +258,11 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
     UROCE_LOG(warn, "cm: connecting QP 0x%06x: %s", id.qp_->qpn(), s.to_string().c_str());
     send_rej(*c->port, c->peer, c->tid, c->local_id, c->remote_id, MsgRef::rep, RejReason::no_resources);
     conn_event(*c, EventType::connect_error, -s.code(), {});
-    close_conn(*c, false);
+    enter(&id, c, *row, /*failed=*/true);
     return;
   }
   send_rtu(*c);
-  set_state(*c, State::established);
+  enter(&id, c, *row);
   report(EventType::established);
 }
 
@@ -273,19 +279,12 @@ void Cm::recv_rej(const GsiMad& mad) noexcept {
   }
   if (!c || c->ud) return;
   if (c->remote_id != 0 && r.local_comm_id != 0 && c->remote_id != r.local_comm_id) return;
-  switch (c->state) {
-    case State::req_rcvd:  // the active side gave up while we considered
-    case State::req_sent:
-    case State::mra_req_rcvd:
-    case State::rep_sent:
-    case State::mra_rep_rcvd:
-    case State::rep_rcvd:
-      UROCE_LOG(info, "cm: rejected by %s, reason %u", mad.src.to_string().c_str(), unsigned(r.reason));
-      conn_event(*c, EventType::rejected, r.reason, r.private_data);
-      close_conn(*c, false);
-      break;
-    default: break;
-  }
+  // In req_rcvd: the active side gave up while we considered.
+  const fsm::Row* row = row_for(c->id, c, fsm::Ev::rej);
+  if (!row) return;
+  UROCE_LOG(info, "cm: rejected by %s, reason %u", mad.src.to_string().c_str(), unsigned(r.reason));
+  conn_event(*c, EventType::rejected, r.reason, r.private_data);  // take_rej
+  enter(c->id, c, *row);
 }
 
 void Cm::recv_mra(const GsiMad& mad) noexcept {
@@ -293,12 +292,12 @@ void Cm::recv_mra(const GsiMad& mad) noexcept {
   if (!decode(mad.data, m)) return;
   Conn* c = conn_by_local(m.remote_comm_id);
   if (!c) return;
-  const bool for_req = m.msg_mraed == MsgRef::req && (c->state == State::req_sent || c->state == State::mra_req_rcvd);
-  const bool for_rep = m.msg_mraed == MsgRef::rep && (c->state == State::rep_sent || c->state == State::mra_rep_rcvd);
-  if (!for_req && !for_rep) return;
-  if (for_req) c->remote_id = m.local_comm_id;
+  if (m.msg_mraed != MsgRef::req && m.msg_mraed != MsgRef::rep) return;
+  const fsm::Row* row = row_for(c->id, c, m.msg_mraed == MsgRef::req ? fsm::Ev::mra_req : fsm::Ev::mra_rep);
+  if (!row) return;
+  if (row->act == fsm::Act::take_mra_req) c->remote_id = m.local_comm_id;
   // The peer asks for patience: the next retry waits its service timeout.
-  set_state(*c, for_req ? State::mra_req_rcvd : State::mra_rep_rcvd);
+  enter(c->id, c, *row);
   c->deadline = now() + mad_timeout(m.service_timeout);
 }
 
@@ -320,22 +319,21 @@ void Cm::recv_dreq(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcep
     port.send(reply_endpoint(mad.src, d.local_comm_id), out);
     return;
   }
-  switch (c->state) {
-    case State::established:
-    case State::rep_sent:  // the RTU was lost, the peer is past it
-    case State::mra_rep_rcvd:
+  const fsm::Row* row = row_for(c->id, c, fsm::Ev::dreq);
+  if (!row) return;
+  switch (row->act) {
+    case fsm::Act::take_dreq:  // in rep_sent: the RTU was lost, the peer is past it
       c->has_out = false;
       c->deadline = Clock::time_point::max();
-      set_state(*c, State::dreq_rcvd);
+      enter(c->id, c, *row);
       c->disconnect_reported = true;
       conn_event(*c, EventType::disconnected, 0, d.private_data);
       break;
-    case State::dreq_sent:  // both sides disconnect at once
+    case fsm::Act::answer_dreq:  // both sides disconnect at once
       send_drep(*c);
-      enter_timewait(*c);
+      enter(c->id, c, *row);
       break;
-    case State::timewait:  // our DREP was lost
-    case State::closed: send_drep(*c); break;
+    case fsm::Act::send_drep: send_drep(*c); break;  // our DREP was lost
     default: break;
   }
 }
@@ -344,8 +342,8 @@ void Cm::recv_drep(const GsiMad& mad) noexcept {
   Drep d;
   if (!decode(mad.data, d)) return;
   Conn* c = conn_by_local(d.remote_comm_id);
-  if (!c || c->remote_id != d.local_comm_id || c->state != State::dreq_sent) return;
-  enter_timewait(*c);
+  if (!c || c->remote_id != d.local_comm_id) return;
+  if (const fsm::Row* row = row_for(c->id, c, fsm::Ev::drep)) enter(c->id, c, *row);
 }
 
 // ------------------------------------------------------------------ SIDR
@@ -355,7 +353,8 @@ void Cm::recv_sidr_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, boo
   if (!decode(mad.data, r)) return;
   if (auto it = by_remote_.find({mad.src.addr, r.request_id}); it != by_remote_.end()) {
     Conn& c = *it->second;
-    if (c.state == State::closed && c.has_out) send(c, c.out);  // our SIDR_REP was lost
+    const fsm::Row* row = row_for(c.id, &c, fsm::Ev::sidr_req);
+    if (row && c.has_out) send(c, c.out);  // resend_out: our SIDR_REP was lost
     return;
   }
   const Endpoint reply = reply_endpoint(mad.src, r.request_id);
@@ -404,7 +403,7 @@ void Cm::recv_sidr_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, boo
   c.service_id = r.service_id;
   c.in_remote_index = true;
   by_remote_[{mad.src.addr, r.request_id}] = &c;
-  set_state(c, State::sidr_req_rcvd);
+  if (const fsm::Row* row = row_for(child, &c, fsm::Ev::sidr_req)) enter(child, &c, *row);  // offer_sidr_req
 
   Event ev;
   ev.type = EventType::connect_request;
@@ -423,7 +422,10 @@ void Cm::recv_sidr_rep(const GsiMad& mad) noexcept {
   SidrRep r;
   if (!decode(mad.data, r)) return;
   Conn* c = conn_by_local(r.request_id);
-  if (!c || !c->ud || !c->active || c->state != State::sidr_req_sent) return;
+  if (!c || !c->ud || !c->active) return;
+  const bool ok = r.status == uint8_t(SidrStatus::ok);
+  const fsm::Row* row = row_for(c->id, c, ok ? fsm::Ev::sidr_rep_ok : fsm::Ev::sidr_rep_err);
+  if (!row) return;
   Id* id = c->id;
   Event ev;
   ev.id = id;
@@ -442,12 +444,8 @@ void Cm::recv_sidr_rep(const GsiMad& mad) noexcept {
     ev.type = EventType::unreachable;
     ev.status = r.status;
   }
-  const bool ok = r.status == uint8_t(SidrStatus::ok);
-  close_conn(*c, false);
-  if (id) {
-    if (ok) id->state_ = State::established;
-    emit(std::move(ev));
-  }
+  enter(id, c, *row);  // closed; the id established when ok (kIdUp)
+  if (id) emit(std::move(ev));
 }
 
 }  // namespace uroce::cm
