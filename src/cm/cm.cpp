@@ -214,19 +214,7 @@ Clock::time_point Cm::next_deadline() noexcept {
   Clock::time_point next = Clock::time_point::max();
   for (const auto& [local, c] : conns_) next = std::min(next, c->deadline);
   for (const Orphan& o : orphans_) next = std::min(next, o.deadline);
-  if (cfg_.peer_check.count() > 0 && next_peer_check_ < next)
-    for (const auto& [local, c] : conns_)
-      if (watched(*c)) {
-        next = next_peer_check_;
-        break;
-      }
-  if (cfg_.keepalive.count() > 0 && next_keepalive_ < next)
-    for (const auto& [local, c] : conns_)
-      if (probed(*c)) {
-        next = next_keepalive_;
-        break;
-      }
-  return next;
+  return live_.next_deadline(next);
 }
 
 void Cm::on_timer() noexcept {
@@ -238,8 +226,7 @@ void Cm::on_timer() noexcept {
   for (uint32_t local : due)
     if (Conn* c = conn_by_local(local)) on_conn_timer(*c);
   retry_orphans(0, true);
-  if (cfg_.peer_check.count() > 0 && next_peer_check_ <= t) check_peers();
-  if (cfg_.keepalive.count() > 0 && next_keepalive_ <= t) keepalive();
+  live_.on_timer(t);
 }
 
 }  // namespace uroce::cm

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "cm/gsi.hpp"
+#include "cm/liveness.hpp"
 #include "cm/mad.hpp"
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
@@ -360,6 +361,7 @@ class Cm {
   size_t conn_count();
 
  private:
+  friend class Liveness;  // reads the records and config, reports a peer gone
   using Lock = std::unique_lock<std::mutex>;
   // The lock of an operation that may arm a timer: on leaving, it tells the
   // thread that runs on_timer() (through the waker) if one was armed.
@@ -430,19 +432,8 @@ class Cm {
   Status connect_rc(Id& id, const ConnParam& p, const fsm::Row& row);
   Status connect_ud(Id& id, const ConnParam& p, const fsm::Row& row);
   void send_or_seek(Conn& c) noexcept;
-  // Peers that are processes of this host (Conn::peer_slot): note one that
-  // sent `src` with comm ID `peer_comm_id`; check whether they still live
-  // and stand in for the MAD a dead one's kernel would have sent.
-  void note_peer(Conn& c, const Endpoint& src, uint32_t peer_comm_id) noexcept;
-  void check_peers() noexcept;
+  // The peer process of `c` is gone (Liveness): the table's peer_gone row.
   void peer_gone(Conn& c) noexcept;
-  static bool watched(const Conn& c) noexcept;
-  // Keep-alive of the other peers (Config::keepalive).
-  static bool probed(const Conn& c) noexcept;
-  void keepalive() noexcept;
-  void recv_probe(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept;
-  void recv_probe_answer(const MadHeader& h) noexcept;
-  void probe_group_gone(const std::tuple<IpAddr, uint16_t, uint32_t>& key) noexcept;
 
   // received MADs (cm_recv.cpp)
   Conn* conn_by_local(uint32_t local_comm_id) const noexcept;
@@ -483,16 +474,7 @@ class Cm {
     Clock::time_point deadline;
   };
   std::vector<Orphan> orphans_;
-  Clock::time_point next_peer_check_{};
-  struct Probe {  // one peer process: (its CM's address and port, its comm IDs' slot)
-    GsiPort* port = nullptr;
-    Endpoint to;
-    uint32_t comm_id = 0;  // one of its comm IDs, named in the probe
-    uint64_t tid = 0;      // of the probe awaiting an answer; 0: none
-    int unanswered = 0;
-  };
-  std::map<std::tuple<IpAddr, uint16_t, uint32_t>, Probe> probes_;
-  Clock::time_point next_keepalive_{};
+  Liveness live_{*this};  // after the state it reads
   std::mt19937_64 rng_;
   uint32_t comm_counter_ = 0;
   uint32_t tid_hi_ = 0;

@@ -336,6 +336,36 @@ Status Cm::disconnect(Id* id, bool* event_follows) {
   }
 }
 
+// ------------------------------------------------------------------ a peer gone
+
+// The peer process of `c` died without a word (Liveness): as if its DREQ
+// (or, in the handshake, its REJ) had come.
+void Cm::peer_gone(Conn& c) noexcept {
+  UROCE_LOG(info, "cm: the process of peer %s (registry slot %u) is gone: connection 0x%08x (%s) ends",
+            c.peer.to_string().c_str(), c.peer_slot, c.local_id, to_string(c.state));
+  const fsm::Row* row = row_for(c.id, &c, fsm::Ev::peer_gone);
+  if (!row) return;
+  c.has_out = false;
+  c.retries_left = 0;
+  c.deadline = Clock::time_point::max();
+  switch (row->act) {
+    case fsm::Act::gone_disconnect:  // as if its DREQ had come
+      enter(c.id, &c, *row);
+      if (!c.disconnect_reported) {
+        c.disconnect_reported = true;
+        conn_event(c, EventType::disconnected, 0, {});
+      }
+      break;
+    case fsm::Act::gone_reject:  // the handshake was under way: as if its REJ had come
+      conn_event(c, EventType::rejected, int(RejReason::consumer_reject), {});
+      enter(c.id, &c, *row);
+      break;
+    default:  // dreq_sent: as if its DREP had come
+      enter(c.id, &c, *row);
+      break;
+  }
+}
+
 // ------------------------------------------------------------------ timers
 
 void Cm::on_conn_timer(Conn& c) noexcept {

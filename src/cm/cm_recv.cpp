@@ -28,8 +28,8 @@ void Cm::on_mad(GsiPort& port, const GsiMad& mad) noexcept {
   if (!decode_header(mad.data, h) || mad.data.size() < kMadSize) return;
   if (h.base_version == kMadBaseVersion && h.mgmt_class == kMgmtClassCm && h.class_version == kCmClassVersion &&
       AttrId(h.attr_id) == AttrId::class_port_info) {
-    if (h.method == kMethodGet) return recv_probe(port, mad, h);
-    if (h.method == kMethodGetResp) return recv_probe_answer(h);
+    if (h.method == kMethodGet) return live_.on_probe(port, mad, h);
+    if (h.method == kMethodGetResp) return live_.on_probe_answer(h);
   }
   if (!is_cm_send(h)) {
     UROCE_LOG(debug, "cm: ignoring %s from %s", describe(mad.data).c_str(), mad.src.to_string().c_str());
@@ -171,7 +171,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
   c.in_remote_index = true;
   by_remote_[{mad.src.addr, r.local_comm_id}] = &c;
   if (const fsm::Row* row = row_for(child, &c, fsm::Ev::req)) enter(child, &c, *row);  // offer_req
-  note_peer(c, mad.src, r.local_comm_id);
+  live_.note_peer(c, mad.src, r.local_comm_id);
 
   Event ev;
   ev.type = EventType::connect_request;
@@ -234,7 +234,7 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
   c->rnr_retry = r.rnr_retry_count;
   c->has_out = false;
   c->deadline = Clock::time_point::max();
-  note_peer(*c, mad.src, r.local_comm_id);
+  live_.note_peer(*c, mad.src, r.local_comm_id);
   Id& id = *c->id;
   auto report = [&](EventType t) {
     Event ev;

@@ -1,9 +1,10 @@
-// Cm: liveness of the other end of a connection.  A peer process of this
-// host is watched through the host registry; a remote one is probed with a
-// ClassPortInfo keep-alive.  Either gone: the Cm acts as if its DREQ (or
-// REJ) had come.
+// Liveness: the other end of each connection (see liveness.hpp).
+#include "cm/liveness.hpp"
+
 #include <algorithm>
+#include <set>
 #include <tuple>
+#include <vector>
 
 #include "cm/cm.hpp"
 #include "cm/conn.hpp"
@@ -22,63 +23,37 @@ namespace uroce::cm {
 
 // The states whose peer the registry watches: those the table gives a
 // peer_gone row.
-bool Cm::watched(const Conn& c) noexcept { return c.peer_slot != 0 && fsm::has_row(c.state, fsm::Ev::peer_gone); }
+bool Liveness::watched(const Conn& c) noexcept { return c.peer_slot != 0 && fsm::has_row(c.state, fsm::Ev::peer_gone); }
 
-void Cm::note_peer(Conn& c, const Endpoint& src, uint32_t peer_comm_id) noexcept {
-  if (cfg_.peer_check.count() <= 0 || c.peer_slot != 0) return;
+void Liveness::note_peer(Conn& c, const Endpoint& src, uint32_t peer_comm_id) noexcept {
+  if (cm_.cfg_.peer_check.count() <= 0 || c.peer_slot != 0) return;
   const uint32_t slot = peer_comm_id >> 22;
-  if (slot == 0 || slot == (dir_.slot() & 0x3ff)) return;  // not a registry comm ID, or ourselves
-  const auto port = dir_.port_of(slot, src.addr);
+  if (slot == 0 || slot == (cm_.dir_.slot() & 0x3ff)) return;  // not a registry comm ID, or ourselves
+  const auto port = cm_.dir_.port_of(slot, src.addr);
   if (!port || *port != src.port) return;  // not (provably) that process
   c.peer_slot = slot;
   c.peer_src = src;
-  const Clock::time_point t = now();
-  if (next_peer_check_ <= t) next_peer_check_ = t + cfg_.peer_check;
-  woke_ = true;
+  const Clock::time_point t = cm_.now();
+  if (next_peer_check_ <= t) next_peer_check_ = t + cm_.cfg_.peer_check;
+  cm_.woke_ = true;
 }
 
-void Cm::check_peers() noexcept {
-  const Clock::time_point t = now();
-  next_peer_check_ = t + cfg_.peer_check;
+void Liveness::check_peers() noexcept {
+  const Clock::time_point t = cm_.now();
+  next_peer_check_ = t + cm_.cfg_.peer_check;
   std::map<std::pair<uint32_t, IpAddr>, bool> alive;  // one look per process and address
   std::vector<uint32_t> gone;
-  for (const auto& [local, c] : conns_) {
+  for (const auto& [local, c] : cm_.conns_) {
     if (!watched(*c)) continue;
     auto [it, fresh] = alive.try_emplace({c->peer_slot, c->peer_src.addr}, true);
     if (fresh) {
-      const auto port = dir_.port_of(c->peer_slot, c->peer_src.addr);
+      const auto port = cm_.dir_.port_of(c->peer_slot, c->peer_src.addr);
       it->second = port && *port == c->peer_src.port;
     }
     if (!it->second) gone.push_back(local);
   }
   for (uint32_t local : gone)
-    if (Conn* c = conn_by_local(local)) peer_gone(*c);
-}
-
-void Cm::peer_gone(Conn& c) noexcept {
-  UROCE_LOG(info, "cm: the process of peer %s (registry slot %u) is gone: connection 0x%08x (%s) ends",
-            c.peer.to_string().c_str(), c.peer_slot, c.local_id, to_string(c.state));
-  const fsm::Row* row = row_for(c.id, &c, fsm::Ev::peer_gone);
-  if (!row) return;
-  c.has_out = false;
-  c.retries_left = 0;
-  c.deadline = Clock::time_point::max();
-  switch (row->act) {
-    case fsm::Act::gone_disconnect:  // as if its DREQ had come
-      enter(c.id, &c, *row);
-      if (!c.disconnect_reported) {
-        c.disconnect_reported = true;
-        conn_event(c, EventType::disconnected, 0, {});
-      }
-      break;
-    case fsm::Act::gone_reject:  // the handshake was under way: as if its REJ had come
-      conn_event(c, EventType::rejected, int(RejReason::consumer_reject), {});
-      enter(c.id, &c, *row);
-      break;
-    default:  // dreq_sent: as if its DREP had come
-      enter(c.id, &c, *row);
-      break;
-  }
+    if (Conn* c = cm_.conn_by_local(local)) cm_.peer_gone(*c);
 }
 
 // ------------------------------------------------------------------ keep-alive
@@ -88,14 +63,16 @@ void Cm::peer_gone(Conn& c) noexcept {
 // comm IDs; a group first seen in a round is probed from the next one, so a
 // connection is probed only after it has been up a while.
 
-bool Cm::probed(const Conn& c) noexcept { return c.peer_slot == 0 && !c.ud && c.state == State::established && c.id; }
+bool Liveness::probed(const Conn& c) noexcept {
+  return c.peer_slot == 0 && !c.ud && c.state == State::established && c.id;
+}
 
-void Cm::keepalive() noexcept {
-  const Clock::time_point t = now();
-  next_keepalive_ = t + cfg_.keepalive;
-  std::set<std::tuple<IpAddr, uint16_t, uint32_t>> seen;
-  std::vector<std::tuple<IpAddr, uint16_t, uint32_t>> fresh;
-  for (const auto& [local, c] : conns_) {
+void Liveness::keepalive() noexcept {
+  const Clock::time_point t = cm_.now();
+  next_keepalive_ = t + cm_.cfg_.keepalive;
+  std::set<ProbeKey> seen;
+  std::vector<ProbeKey> fresh;
+  for (const auto& [local, c] : cm_.conns_) {
     if (!probed(*c)) continue;
     const auto key = std::make_tuple(c->peer.addr, c->peer.port, c->remote_id >> 22);
     if (!seen.insert(key).second) continue;
@@ -106,7 +83,7 @@ void Cm::keepalive() noexcept {
     p.comm_id = c->remote_id;
     if (added) fresh.push_back(key);
   }
-  std::vector<std::tuple<IpAddr, uint16_t, uint32_t>> gone;
+  std::vector<ProbeKey> gone;
   for (auto it = probes_.begin(); it != probes_.end();) {
     if (!seen.count(it->first)) {  // no connection to that process left
       it = probes_.erase(it);
@@ -117,14 +94,14 @@ void Cm::keepalive() noexcept {
       ++it;
       continue;
     }
-    if (p.tid != 0 && ++p.unanswered >= cfg_.keepalive_misses) {
+    if (p.tid != 0 && ++p.unanswered >= cm_.cfg_.keepalive_misses) {
       gone.push_back(it->first);
       ++it;
       continue;
     }
     MadHeader h;
     h.method = kMethodGet;
-    h.tid = p.tid = uint64_t(++tid_hi_) << 32 | (p.comm_id & 0xffffffffu);
+    h.tid = p.tid = cm_.new_tid(p.comm_id);
     h.attr_mod = p.comm_id;
     MadBuf out;
     encode_class_port_info(h, 0, out);
@@ -134,44 +111,44 @@ void Cm::keepalive() noexcept {
     ++it;
   }
   for (const auto& key : gone) {
-    UROCE_LOG(info, "cm: %d keep-alive probes to %s unanswered: its connections end", cfg_.keepalive_misses,
+    UROCE_LOG(info, "cm: %d keep-alive probes to %s unanswered: its connections end", cm_.cfg_.keepalive_misses,
               Endpoint{std::get<0>(key), std::get<1>(key)}.to_string().c_str());
-    probe_group_gone(key);
+    group_gone(key);
   }
 }
 
-void Cm::probe_group_gone(const std::tuple<IpAddr, uint16_t, uint32_t>& key) noexcept {
+void Liveness::group_gone(const ProbeKey& key) noexcept {
   probes_.erase(key);
   std::vector<uint32_t> ended;
-  for (const auto& [local, c] : conns_)
+  for (const auto& [local, c] : cm_.conns_)
     if (probed(*c) && std::make_tuple(c->peer.addr, c->peer.port, c->remote_id >> 22) == key) ended.push_back(local);
   for (uint32_t local : ended)
-    if (Conn* c = conn_by_local(local)) peer_gone(*c);
+    if (Conn* c = cm_.conn_by_local(local)) cm_.peer_gone(*c);
 }
 
 // A probe from a peer: does the process holding `comm ID` (the attribute
 // modifier) still live here?  Ourselves if it is one of our connections,
 // else the registry (a process of this host that is not us).
-void Cm::recv_probe(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept {
+void Liveness::on_probe(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept {
   const uint32_t comm = h.attr_mod;
   bool alive = true;  // a plain ClassPortInfo query (modifier 0)
   if (comm != 0) {
-    if (const Conn* c = conn_by_local(comm)) {
+    if (const Conn* c = cm_.conn_by_local(comm)) {
       alive = c->state != State::closed;
     } else {
       const uint32_t slot = comm >> 22;
-      alive = slot != 0 && slot != (dir_.slot() & 0x3ff) && dir_.port_of(slot, mad.dst).has_value();
+      alive = slot != 0 && slot != (cm_.dir_.slot() & 0x3ff) && cm_.dir_.port_of(slot, mad.dst).has_value();
     }
   }
   MadHeader r = h;
   r.method = kMethodGetResp;
   r.status = alive ? 0 : kMadStatusInvalidValue;
   MadBuf out;
-  encode_class_port_info(r, cfg_.cm_response_timeout, out);
+  encode_class_port_info(r, cm_.cfg_.cm_response_timeout, out);
   port.send(mad.src, out);
 }
 
-void Cm::recv_probe_answer(const MadHeader& h) noexcept {
+void Liveness::on_probe_answer(const MadHeader& h) noexcept {
   for (auto& [key, p] : probes_) {
     if (p.tid == 0 || p.tid != h.tid) continue;
     p.tid = 0;
@@ -180,10 +157,31 @@ void Cm::recv_probe_answer(const MadHeader& h) noexcept {
       UROCE_LOG(info, "cm: the peer CM at %s says the process of comm 0x%08x is gone", p.to.to_string().c_str(),
                 p.comm_id);
       const auto k = key;
-      probe_group_gone(k);
+      group_gone(k);
     }
     return;
   }
+}
+
+void Liveness::on_timer(Clock::time_point t) noexcept {
+  if (cm_.cfg_.peer_check.count() > 0 && next_peer_check_ <= t) check_peers();
+  if (cm_.cfg_.keepalive.count() > 0 && next_keepalive_ <= t) keepalive();
+}
+
+Liveness::Clock::time_point Liveness::next_deadline(Clock::time_point next) const noexcept {
+  if (cm_.cfg_.peer_check.count() > 0 && next_peer_check_ < next)
+    for (const auto& [local, c] : cm_.conns_)
+      if (watched(*c)) {
+        next = next_peer_check_;
+        break;
+      }
+  if (cm_.cfg_.keepalive.count() > 0 && next_keepalive_ < next)
+    for (const auto& [local, c] : cm_.conns_)
+      if (probed(*c)) {
+        next = next_keepalive_;
+        break;
+      }
+  return next;
 }
 
 }  // namespace uroce::cm
