@@ -37,12 +37,7 @@ Cm::Cm(Directory& dir, EventSink& sink, Config cfg, NowFn now)
   tid_hi_ = uint32_t(rng_()) & 0xffff;
 }
 
-Cm::~Cm() {
-  for (Id* id : ids_) {
-    if (id->published_) dir_.remove_listener(id->src_.addr, service_id(id->ps_, id->src_.port));
-    delete id;
-  }
-}
+Cm::~Cm() = default;  // ids_ deletes the ids left
 
 void Cm::set_waker(std::function<void()> w) {
   Lock g(mu_);
@@ -51,7 +46,7 @@ void Cm::set_waker(std::function<void()> w) {
 
 void Cm::add_port(GsiPort& port) {
   Lock g(mu_);
-  ports_.push_back(&port);
+  ids_.add_port(port);
 }
 
 size_t Cm::conn_count() {
@@ -73,13 +68,9 @@ Id* Cm::create_id(void* user, uint16_t ps, QpType qp_type) {
 
 void Cm::destroy_id(Id* id) noexcept {
   OpLock g(*this);
-  if (!ids_.count(id)) return;
-  if (id->state_ == State::listen) unlisten(id);
-  // Children not yet accepted keep their own lives (the application got
-  // them); they just forget their listener.
-  for (Id* other : ids_)
-    if (other->listener_ == id) other->listener_ = nullptr;
-  release_listener(*id);
+  if (!ids_.contains(id)) return;
+  if (id->state_ == State::listen) ids_.unlisten(id);
+  ids_.release_listener(*id);
   id->qp_ = nullptr;  // the caller has taken the QP away (or will)
   if (Conn* c = id->conn_) {
     MadHeader h;
@@ -127,8 +118,7 @@ void Cm::destroy_id(Id* id) noexcept {
       enter(c->id, c, *row);
     }
   }
-  ids_.erase(id);
-  delete id;
+  ids_.destroy(id);  // its children still waiting forget it
 }
 
 IdView Cm::view(const Id* id) {
@@ -213,7 +203,7 @@ Clock::time_point Cm::next_deadline() noexcept {
   Lock g(mu_);
   Clock::time_point next = Clock::time_point::max();
   for (const auto& [local, c] : conns_) next = std::min(next, c->deadline);
-  for (const Orphan& o : orphans_) next = std::min(next, o.deadline);
+  next = ids_.next_orphan_deadline(next);
   return live_.next_deadline(next);
 }
 

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "cm/gsi.hpp"
+#include "cm/ids.hpp"
 #include "cm/liveness.hpp"
 #include "cm/mad.hpp"
 #include "common/ip_addr.hpp"
@@ -203,7 +204,7 @@ struct Config {
   // resolve than they are to listen.  0 refuses at once.
   std::chrono::milliseconds no_listener_grace{100};
   // How often the processes of same-host peers are checked for life while
-  // connections to them are up (see Cm::check_peers).  0: never.
+  // connections to them are up (see Liveness).  0: never.
   std::chrono::milliseconds peer_check{250};
   // Keep-alive of established connections whose peer the registry cannot
   // vouch for (another host): every interval one probe per peer process, a
@@ -270,6 +271,7 @@ class Id {
 
  private:
   friend class Cm;
+  friend class IdTable;
   uint16_t ps_ = kPsTcp;
   QpType qp_type_ = QpType::rc;
   State state_ = State::idle;
@@ -400,20 +402,6 @@ class Cm {
   void wake() noexcept { woke_ = true; }
   Clock::duration mad_timeout(uint8_t exp) const noexcept;
 
-  // addressing (cm_addr.cpp)
-  GsiPort* port_for_address(const IpAddr& a) const noexcept;
-  GsiPort* loopback_bind_port(const IpAddr& a) const noexcept;
-  GsiPort* route_port(const IpAddr& dst) const noexcept;
-  uint16_t ephemeral_port(uint16_t ps);
-  bool port_in_use(const Id* self, uint16_t ps, const IpAddr& addr, uint16_t port) const noexcept;
-  // Where a request for service `sid` at address `dst` goes: the UDP port of
-  // the process that listens there (Directory), at `dgid`.
-  Endpoint request_endpoint(const IpAddr& dst, const IpAddr& dgid, uint64_t sid) const noexcept;
-  Endpoint reply_endpoint(const Endpoint& src, uint32_t peer_comm_id) const noexcept;
-  Id* find_listener(uint64_t sid, const IpAddr& dst, bool ud) const noexcept;
-  void unlisten(Id* id) noexcept;
-  void release_listener(Id& child) noexcept;  // a pending child is accepted, rejected or gone
-
   // connections (cm_conn.cpp)
   void send(Conn& c, const MadBuf& mad) noexcept;
   void send_retried(Conn& c, Clock::duration timeout, int retries) noexcept;
@@ -459,25 +447,13 @@ class Cm {
   std::function<void()> waker_;
   std::mutex mu_;
   bool woke_ = false;
-  std::vector<GsiPort*> ports_;
-  std::set<Id*> ids_;
   std::map<uint32_t, std::unique_ptr<Conn>> conns_;         // by local comm ID
   std::map<std::pair<IpAddr, uint32_t>, Conn*> by_remote_;  // passive: (peer, its comm ID)
-  std::multimap<uint64_t, Id*> listeners_;                  // by service ID
-  struct Orphan {                                           // a REQ or SIDR_REQ waiting for its listener
-    GsiPort* port;
-    MadBuf mad;
-    Endpoint src;
-    IpAddr dst;
-    uint64_t sid;
-    uint32_t peer_comm_id;
-    Clock::time_point deadline;
-  };
-  std::vector<Orphan> orphans_;
-  Liveness live_{*this};  // after the state it reads
+  Liveness live_{*this};                                    // after the state it reads
   std::mt19937_64 rng_;
   uint32_t comm_counter_ = 0;
   uint32_t tid_hi_ = 0;
+  IdTable ids_{dir_, rng_};  // devices, ids, listeners, waiting requests
 };
 
 }  // namespace uroce::cm

@@ -100,7 +100,7 @@ void Cm::enter(Id* id, Conn* c, const fsm::Row& r, bool failed) noexcept {
 // for a timewait to answer duplicates (keep_for_dups) or goes now.
 void Cm::close_conn(Conn& c, bool keep_for_dups) noexcept {
   if (Id* id = c.id) {
-    release_listener(*id);
+    ids_.release_listener(*id);
     id->conn_ = nullptr;
     id->state_ = State::closed;
     c.id = nullptr;
@@ -377,7 +377,7 @@ void Cm::on_conn_timer(Conn& c) noexcept {
   }
   switch (row->act) {
     case fsm::Act::seek:
-      c.peer = request_endpoint(c.remote_gid, c.remote_gid, c.service_id);
+      c.peer = ids_.request_endpoint(c.remote_gid, c.remote_gid, c.service_id);
       if (c.peer.port != kRoceV2Port || now() >= c.seek_until) {
         send_or_seek(c);
       } else {

@@ -31,7 +31,7 @@ Status Cm::connect_rc(Id& id, const ConnParam& p, const fsm::Row& row) {
   Conn& c = *new_conn(&id, id.port_, true);
   c.remote_gid = id.dgid_;
   c.service_id = sid;
-  c.peer = request_endpoint(id.dst_.addr, id.dgid_, sid);
+  c.peer = ids_.request_endpoint(id.dst_.addr, id.dgid_, sid);
   c.local_qpn = qpn;
   c.path_mtu = id.mtu_;
   c.max_dest_rd_atomic = p.responder_resources;
@@ -93,7 +93,7 @@ Status Cm::connect_ud(Id& id, const ConnParam& p, const fsm::Row& row) {
   c.ud = true;
   c.remote_gid = id.dgid_;
   c.service_id = sid;
-  c.peer = request_endpoint(id.dst_.addr, id.dgid_, sid);
+  c.peer = ids_.request_endpoint(id.dst_.addr, id.dgid_, sid);
   c.tid = new_tid(c.local_id);
   SidrReq r;
   r.request_id = c.local_id;
@@ -119,7 +119,7 @@ Status Cm::connect_ud(Id& id, const ConnParam& p, const fsm::Row& row) {
 // which the directory shows no listener yet: then it waits (polling the
 // directory) for the listener to appear, at most no_listener_grace.
 void Cm::send_or_seek(Conn& c) noexcept {
-  const bool local = port_for_address(c.remote_gid) != nullptr;
+  const bool local = ids_.port_for_address(c.remote_gid) != nullptr;
   if (local && c.peer.port == kRoceV2Port && cfg_.no_listener_grace.count() > 0 &&
       c.seek_until == Clock::time_point{}) {
     c.seek_until = now() + cfg_.no_listener_grace;
@@ -193,7 +193,7 @@ Status Cm::accept(Id* id, const ConnParam& p) {
   MadHeader h;
   h.tid = c->tid;
   encode(h, rep, c->out);
-  release_listener(*id);
+  ids_.release_listener(*id);
   enter(id, c, *row);
   send_retried(*c, mad_timeout(c->peer_timeout), c->peer_retries);
   return {};

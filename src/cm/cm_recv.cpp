@@ -11,16 +11,6 @@
 #include "common/log.hpp"
 
 namespace uroce::cm {
-namespace {
-
-// The service ID of a REQ (data offset 8) or SIDR_REQ (data offset 8).
-uint64_t wire_sid(std::span<const uint8_t> mad) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8; ++i) v = v << 8 | mad[kMadHeaderSize + 8 + i];
-  return v;
-}
-
-}  // namespace
 
 void Cm::on_mad(GsiPort& port, const GsiMad& mad) noexcept {
   OpLock g(*this);
@@ -53,32 +43,11 @@ void Cm::on_mad(GsiPort& port, const GsiMad& mad) noexcept {
 // ------------------------------------------------------------------ passive: REQ, RTU
 
 void Cm::hold_orphan(GsiPort& port, const GsiMad& mad, uint32_t peer_comm_id) noexcept {
-  for (const Orphan& o : orphans_)
-    if (o.src.addr == mad.src.addr && o.peer_comm_id == peer_comm_id) return;  // a repeat
-  Orphan o;
-  o.port = &port;
-  std::copy(mad.data.begin(), mad.data.begin() + kMadSize, o.mad.begin());
-  o.src = mad.src;
-  o.dst = mad.dst;
-  o.sid = wire_sid(mad.data);
-  o.peer_comm_id = peer_comm_id;
-  o.deadline = now() + cfg_.no_listener_grace;
-  orphans_.push_back(o);
-  woke_ = true;
+  if (ids_.hold_orphan(port, mad, peer_comm_id, now() + cfg_.no_listener_grace)) woke_ = true;
 }
 
 void Cm::retry_orphans(uint64_t sid, bool last_chance) noexcept {
-  const Clock::time_point t = now();
-  std::vector<Orphan> todo;
-  for (auto it = orphans_.begin(); it != orphans_.end();) {
-    if (sid ? it->sid == sid : it->deadline <= t) {
-      todo.push_back(*it);
-      it = orphans_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (const Orphan& o : todo) {
+  for (const Orphan& o : ids_.take_orphans(sid, now())) {
     GsiMad m;
     m.data = o.mad;
     m.src = o.src;
@@ -110,7 +79,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
     enter(c.id, &c, *row);
     return;
   }
-  const Endpoint reply = reply_endpoint(mad.src, r.local_comm_id);
+  const Endpoint reply = ids_.reply_endpoint(mad.src, r.local_comm_id);
   auto refuse = [&](RejReason why) { send_rej(port, reply, h.tid, 0, r.local_comm_id, MsgRef::req, why); };
   if (r.transport_service_type > 1) return refuse(RejReason::invalid_transport_type);
   const bool ip = is_ip_service(r.service_id);
@@ -120,7 +89,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
     if (!decode_ip_header(r.private_data, iph) || iph.major != 0) return refuse(RejReason::consumer_reject);
     dst = iph.dst;
   }
-  Id* l = find_listener(r.service_id, dst, false);
+  Id* l = ids_.find_listener(r.service_id, dst, false);
   if (!l && !last_chance && cfg_.no_listener_grace.count() > 0) return hold_orphan(port, mad, r.local_comm_id);
   if (!l) {
     UROCE_LOG(info, "cm: REQ from %s for service 0x%llx on %s: nobody listens", mad.src.to_string().c_str(),
@@ -316,7 +285,7 @@ void Cm::recv_dreq(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcep
     rh.tid = h.tid;
     MadBuf out;
     encode(rh, r, out);
-    port.send(reply_endpoint(mad.src, d.local_comm_id), out);
+    port.send(ids_.reply_endpoint(mad.src, d.local_comm_id), out);
     return;
   }
   const fsm::Row* row = row_for(c->id, c, fsm::Ev::dreq);
@@ -357,7 +326,7 @@ void Cm::recv_sidr_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, boo
     if (row && c.has_out) send(c, c.out);  // resend_out: our SIDR_REP was lost
     return;
   }
-  const Endpoint reply = reply_endpoint(mad.src, r.request_id);
+  const Endpoint reply = ids_.reply_endpoint(mad.src, r.request_id);
   auto refuse = [&](SidrStatus st) {
     SidrRep rep;
     rep.request_id = r.request_id;
@@ -376,7 +345,7 @@ void Cm::recv_sidr_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, boo
     if (!decode_ip_header(r.private_data, iph) || iph.major != 0) return refuse(SidrStatus::rejected);
     dst = iph.dst;
   }
-  Id* l = find_listener(r.service_id, dst, true);
+  Id* l = ids_.find_listener(r.service_id, dst, true);
   if (!l && !last_chance && cfg_.no_listener_grace.count() > 0) return hold_orphan(port, mad, r.request_id);
   if (!l) return refuse(SidrStatus::sid_not_supported);
   if (l->pending_ >= l->backlog_) return refuse(SidrStatus::rejected);

@@ -69,7 +69,7 @@ struct Conn {
   // The peer is a uroce process of this host: the registry slot of its comm
   // ID publishes the port its MADs came from.  When that process dies
   // nobody sends the DREQ (or REJ) that a kernel's CM sends for a process
-  // that exits, so the Cm checks that it is still alive (Cm::check_peers).
+  // that exits, so the Cm checks that it is still alive (Liveness).
   // 0: not known to be one (another host, a foreign CM).
   uint32_t peer_slot = 0;
   Endpoint peer_src;  // where its MADs came from

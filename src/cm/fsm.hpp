@@ -10,7 +10,7 @@
 //                cm_connect.cpp, cm.cpp's destroy);
 //   connections  MADs after decoding, lookup and their filters (cm_recv.cpp)
 //                and the record's timer (cm_conn.cpp);
-//   liveness     a peer process found gone (cm_liveness.cpp).
+//   liveness     a peer process found gone (liveness.cpp).
 // `UROCE_LOG=trace` prints each step: "cm: 0x00400001 req_sent --rep/take_rep--> established".
 #pragma once
 
