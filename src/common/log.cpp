@@ -17,15 +17,11 @@ Level from_env() noexcept {
   return Level::warn;
 }
 
-std::atomic<Level>& current() noexcept {
-  static std::atomic<Level> l{from_env()};
-  return l;
-}
-
 }  // namespace
 
-Level level() noexcept { return current().load(std::memory_order_relaxed); }
-void set_level(Level l) noexcept { current().store(l, std::memory_order_relaxed); }
+std::atomic<Level> g_level{from_env()};
+
+void set_level(Level l) noexcept { g_level.store(l, std::memory_order_relaxed); }
 
 void write(Level l, const char* fmt, ...) noexcept {
   static constexpr const char* tags[] = {"", "E", "W", "I", "D", "T"};
