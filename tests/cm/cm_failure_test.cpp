@@ -28,10 +28,7 @@ TEST_F(Cm_, LostReqIsSentAgain) {
 TEST_F(Cm_, LostRepIsSentAgainAndLostRtuDrawsItAgain) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   b.cm.set_qp(s, &qb);
   ASSERT_TRUE(b.cm.accept(s, {}).ok());
@@ -77,10 +74,7 @@ TEST_F(Cm_, EveryMadDuplicatedStillOneEventEach) {
 TEST_F(Cm_, SlowAcceptDrawsMraAndTheActiveWaits) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   // b's application takes its time: a's REQ timer fires, the duplicate REQ
   // draws an MRA, and a waits the MRA's service timeout (2^20 * 4 us = 4.3 s)
@@ -236,10 +230,7 @@ TEST_F(Cm_, BacklogFullRejects) {
 TEST_F(Cm_, DestroyingARequestRejectsIt) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   b.cm.destroy_id(s);
   deliver();

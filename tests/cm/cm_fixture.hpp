@@ -20,14 +20,19 @@ class Cm_ : public CmWorld {
  protected:
   FakeQp qa{0x4002}, qb{0x8002};
 
+  // a's id `c` (QP qa) connects and its REQ is delivered: b's child for it,
+  // considering the request (null if none came).
+  Id* request_to_b(Id* c, ConnParam cp = {}) {
+    a.cm.set_qp(c, &qa);
+    EXPECT_TRUE(a.cm.connect(c, cp).ok());
+    deliver();
+    return request_of_b();
+  }
   // Connects a (QP qa) to b (QP qb); returns {client id, server child}.
   std::pair<Id*, Id*> connect_pair(ConnParam cp = {}, ConnParam ap = {}) {
     listen_b();
     Id* c = resolved_a();
-    a.cm.set_qp(c, &qa);
-    EXPECT_TRUE(a.cm.connect(c, cp).ok());
-    deliver();
-    Id* s = request_of_b();
+    Id* s = request_to_b(c, cp);
     EXPECT_NE(s, nullptr);
     if (!s) return {c, nullptr};
     b.cm.set_qp(s, &qb);

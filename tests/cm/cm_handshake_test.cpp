@@ -198,10 +198,7 @@ TEST_F(Cm_, ARequestJustBeforeListenIsHeldForTheListener) {
 TEST_F(Cm_, ConsumerRejectCarriesPrivateData) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   const auto why = bytes("go away");
   ASSERT_TRUE(b.cm.reject(s, why).ok());

@@ -199,10 +199,7 @@ TEST_F(Cm_, DeadActivePeerProcessGivesDisconnectedToThePassive) {
 TEST_F(Cm_, PeerProcessDyingInTheHandshakeGivesRejected) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   b.cm.set_qp(s, &qb);
   ASSERT_TRUE(b.cm.accept(s, {}).ok());

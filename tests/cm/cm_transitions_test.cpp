@@ -12,10 +12,7 @@ namespace {
 TEST_F(Cm_, DreqWhileRepSentDisconnectsWithoutEstablished) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   b.cm.set_qp(s, &qb);
   ASSERT_TRUE(b.cm.accept(s, {}).ok());
@@ -47,10 +44,7 @@ TEST_F(Cm_, DreqWhileRepSentDisconnectsWithoutEstablished) {
 TEST_F(Cm_, DestroyWhileRequestingRejectsTheRequest) {
   listen_b();
   Id* c = resolved_a();
-  a.cm.set_qp(c, &qa);
-  ASSERT_TRUE(a.cm.connect(c, {}).ok());
-  deliver();
-  Id* s = request_of_b();
+  Id* s = request_to_b(c);
   ASSERT_NE(s, nullptr);
   a.cm.destroy_id(c);
   EXPECT_EQ(a.cm.conn_count(), 0u);
