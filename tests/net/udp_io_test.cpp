@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -398,18 +399,38 @@ std::vector<WireIp> capture(int psock, uint16_t sport, uint16_t dport, size_t n)
   return out;
 }
 
+// A classic BPF program for a cooked (SOCK_DGRAM) packet socket, which sees
+// the IP header first: IPv4 UDP datagrams to `dport` only.  Tests running
+// beside this one flood the loopback; unfiltered, the socket's queue fills
+// and the datagrams looked for are dropped before they are read.
+bool filter_udp_to(int fd, uint16_t dport) {
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 9),  // IP protocol
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, 0, 4),
+      BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0),  // X = IP header length
+      BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2),   // UDP destination port
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, dport, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, 0xffff),
+      BPF_STMT(BPF_RET | BPF_K, 0),
+  };
+  sock_fprog prog{uint16_t(std::size(code)), code};
+  return ::setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
+}
+
 TEST(UdpIo, Ipv4IdIsZeroAndDfSetOnTheWire) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for an AF_PACKET socket";
-  UniqueFd ps(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, htons(ETH_P_IP)));
+  auto a = open_io(kLo4), b = open_io(kLo4);
+  ASSERT_TRUE(a && b);
+  // Protocol 0: nothing is queued until the filter is on and bind names IP.
+  UniqueFd ps(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!ps.valid()) GTEST_SKIP() << "AF_PACKET: " << std::strerror(errno);
+  ASSERT_TRUE(filter_udp_to(ps.get(), b->local().port)) << std::strerror(errno);
   sockaddr_ll ll{};
   ll.sll_family = AF_PACKET;
   ll.sll_protocol = htons(ETH_P_IP);
   ll.sll_ifindex = int(::if_nametoindex("lo"));
   ASSERT_EQ(::bind(ps.get(), reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0) << std::strerror(errno);
 
-  auto a = open_io(kLo4), b = open_io(kLo4);
-  ASSERT_TRUE(a && b);
   EXPECT_EQ(a->tx_ipv4_id(), 0);
   EXPECT_EQ(a->tx_ipv4_frag(), 0x4000);
   Batch batch(b->local(), 6);
