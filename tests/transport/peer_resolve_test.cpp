@@ -7,11 +7,14 @@
 // port).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "net/registry.hpp"
 #include "transport/nic.hpp"
+#include "transport/peer_ports.hpp"
 #include "verbs/context.hpp"
 
 namespace uroce::test {
@@ -47,6 +50,25 @@ TEST(PeerResolve, ConnectingLooksUpAPeersSlotAgain) {
   EXPECT_EQ(port_of(true), 5002) << "a connecting QP looks again";
   EXPECT_EQ(port_of(false), 5002) << "and renews the cache";
   ctx->reset();
+  ::unlink(path.c_str());
+}
+
+// A peer not (yet) in the registry is at 4791; that answer is kept only
+// briefly, so a same-host peer that publishes its port a moment late is
+// found without waiting out the second a found port is kept.
+TEST(PeerResolve, AMissIsKeptBriefly) {
+  const std::string path = std::string(::testing::TempDir()) + "uroce-miss-" + std::to_string(getpid());
+  auto mine = net::HostRegistry::open(path);
+  auto peer = net::HostRegistry::open(path);
+  ASSERT_TRUE(mine.ok() && peer.ok());
+  transport::PeerPorts ports(*mine);
+  const IpAddr addr = *IpAddr::parse("127.0.86.3");
+  const uint32_t qpn = (*peer)->slot() << 14 | 9;
+  EXPECT_EQ(ports.resolve(addr, qpn).port, 4791) << "nothing published: RoCEv2's port";
+  ASSERT_TRUE((*peer)->publish(addr, 5003).ok());
+  EXPECT_EQ(ports.resolve(addr, qpn).port, 4791) << "the miss is cached";
+  std::this_thread::sleep_for(transport::PeerPorts::kMissTtl + std::chrono::milliseconds(20));
+  EXPECT_EQ(ports.resolve(addr, qpn).port, 5003) << "but only for kMissTtl";
   ::unlink(path.c_str());
 }
 

@@ -21,8 +21,6 @@
 namespace uroce::transport {
 namespace {
 
-constexpr uint32_t kQpIndexBits = 14;
-constexpr uint32_t kQpIndexMask = (1u << kQpIndexBits) - 1;
 constexpr size_t kPerQpBudget = 16;
 
 std::mutex g_nics_mu;
@@ -106,7 +104,7 @@ Result<std::shared_ptr<Nic>> Nic::create(const NicConfig& cfg, const IoFactory& 
   return nic;
 }
 
-Nic::Nic(const NicConfig& cfg) : cfg_(cfg), qps_(1u << kQpIndexBits, nullptr) {
+Nic::Nic(const NicConfig& cfg) : cfg_(cfg) {
   rx_.resize(TxBatch::kSlots);
   now_ = Clock::now();
 }
@@ -115,10 +113,11 @@ Status Nic::open_io(const IoFactory* factory) {
   auto reg = net::HostRegistry::instance();
   if (reg.ok()) {
     registry_ = *reg;
-    slot_ = registry_->slot();
   } else {
     UROCE_LOG(warn, "host registry unavailable: %s", reg.status().to_string().c_str());
   }
+  qps_ = std::make_unique<QpTable>(registry_ ? registry_->slot() : 0);
+  ports_ = PeerPorts(registry_);
   if (factory) {
     auto io = (*factory)();
     if (!io.ok()) return io.status();
@@ -173,6 +172,7 @@ Nic::~Nic() {
     kick();
     thread_.join();
   }
+  log_counters("closed");
   stats_.reset();  // unlinks the stats file
   if (epfd_ >= 0) ::close(epfd_);
   if (kick_fd_ >= 0) ::close(kick_fd_);
@@ -184,29 +184,14 @@ Nic::~Nic() {
 
 Status Nic::attach(QpEngine& qp) {
   std::lock_guard g(mu_);
-  uint32_t index;
-  if (!free_qp_.empty()) {
-    index = free_qp_.front();
-    free_qp_.erase(free_qp_.begin());
-  } else if (next_qp_ <= kQpIndexMask) {
-    index = next_qp_++;
-  } else {
-    return err::nomem("no free QP number on " + cfg_.name + " (" + std::to_string(kQpIndexMask - 1) +
-                      " QPs per process)");
-  }
-  uint32_t qpn = (slot_ << kQpIndexBits | index) & kPsnMask;
-  if (qpn == 0xffffff) return err::nomem("QP number space exhausted");
-  qps_[index] = &qp;
-  qp.qpn_ = qpn;
+  auto qpn = qps_->add(qp);
+  if (!qpn.ok()) return err::nomem(cfg_.name + ": " + std::string(qpn.status().message()));
+  qp.qpn_ = *qpn;
   return {};
 }
 
 void Nic::detach(QpEngine& qp) noexcept {
-  uint32_t index = qp.qpn() & kQpIndexMask;
-  if (qps_[index] == &qp) {
-    qps_[index] = nullptr;
-    free_qp_.push_back(index);  // reused oldest-first
-  }
+  qps_->remove(qp.qpn(), qp);
   detach_lists(qp);
 }
 
@@ -216,25 +201,17 @@ void Nic::detach_lists(QpEngine& qp) noexcept {
   qp.in_ready_ = qp.in_lazy_ = false;
 }
 
-QpEngine* Nic::find_qp(uint32_t qpn) const noexcept {
-  if ((qpn >> kQpIndexBits) != slot_) return nullptr;
-  return qps_[qpn & kQpIndexMask];
-}
-
-Endpoint Nic::resolve(const IpAddr& gid, uint32_t qpn, bool fresh) noexcept {
-  if (!registry_) return {gid, net::kRoceV2Port};
-  const uint32_t slot = qpn >> kQpIndexBits;
-  const Clock::time_point now = Clock::now();
-  auto key = std::make_pair(slot, gid);
-  if (auto it = resolved_.find(key); !fresh && it != resolved_.end() && it->second.expires > now)
-    return {gid, it->second.port};
-  const uint16_t port = registry_->lookup_port(slot, gid).value_or(net::kRoceV2Port);
-  if (resolved_.size() > 4096) resolved_.clear();
-  resolved_[key] = {port, now + std::chrono::seconds(1)};
-  return {gid, port};
-}
-
 // ---------------------------------------------------------------- counters
+
+void Nic::log_counters(const char* why) const noexcept {
+  if (!log::enabled(log::Level::debug)) return;
+  std::string line;
+  const Counters c = snapshot();
+  c.for_each([&](const char* name, uint64_t v) {
+    if (v != 0) line += std::string(" ") + name + "=" + std::to_string(v);
+  });
+  UROCE_LOG(debug, "%s: %s; counters:%s", cfg_.name.c_str(), why, line.c_str());
+}
 
 Counters Nic::snapshot() const noexcept {
   Counters c = counters_;

@@ -31,7 +31,9 @@
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
 #include "transport/counters.hpp"
+#include "transport/peer_ports.hpp"
 #include "transport/ports.hpp"
+#include "transport/qp_table.hpp"
 #include "transport/tx_batch.hpp"
 #include "transport/work_queue.hpp"
 #include "uroce/faults.hpp"
@@ -89,20 +91,21 @@ class Nic {
   std::string stats_path() const;
   // Writes the counters to that file now.  NIC lock held.
   void publish_stats() noexcept;
+  // At UROCE_LOG=debug, logs the non-zero counters and why (a QP failed,
+  // the NIC closes): what a failed run leaves for whoever debugs it.
+  void log_counters(const char* why) const noexcept;
 
-  // QPN allocation (unique on the host: registry slot << 14 | index).
-  // Gives the engine its QP number (and a place in the QP table).
+  // Gives the engine its QP number and a place in the QP table
+  // (qp_table.hpp).
   Status attach(QpEngine& qp);
   void detach(QpEngine& qp) noexcept;        // NIC lock held
   void detach_lists(QpEngine& qp) noexcept;  // off the transmit/ACK lists
-  QpEngine* find_qp(uint32_t qpn) const noexcept;
+  QpEngine* find_qp(uint32_t qpn) const noexcept { return qps_ ? qps_->find(qpn) : nullptr; }
 
-  // UDP endpoint of (gid, qpn): a same-host peer's published port, else
-  // 4791.  Answers are cached for a second (the registry lookup costs
-  // syscalls); `fresh` looks again and renews the cache (a QP connecting
-  // to its peer: the peer's process may have claimed a slot another process
-  // freed within the second, on another port).  NIC lock held.
-  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false) noexcept;
+  // UDP endpoint of (gid, qpn) (peer_ports.hpp).  NIC lock held.
+  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false) noexcept {
+    return ports_.resolve(gid, qpn, fresh);
+  }
 
   // ---- NIC lock held ----
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
@@ -180,7 +183,6 @@ class Nic {
   NicConfig cfg_;
   Endpoint local_;
   std::shared_ptr<net::HostRegistry> registry_;
-  uint32_t slot_ = 0;
   std::unique_ptr<net::PacketIo> io_;
   std::optional<FaultConfig> faults_;
   std::unique_ptr<net::StatsPublisher> stats_;
@@ -192,16 +194,8 @@ class Nic {
   std::vector<net::RxPacket> rx_;
   Clock::time_point now_;
 
-  struct Resolved {
-    uint16_t port;
-    Clock::time_point expires;
-  };
-  std::map<std::pair<uint32_t, IpAddr>, Resolved> resolved_;
-
-  // QPs of this NIC by index (qpn & 0x3fff).
-  std::vector<QpEngine*> qps_;
-  std::vector<uint32_t> free_qp_;
-  uint32_t next_qp_ = 2;  // indexes 0 and 1 are never used (QP0, QP1)
+  PeerPorts ports_{nullptr};
+  std::unique_ptr<QpTable> qps_;  // made once the registry gave the slot
 
   std::deque<QpEngine*> ready_;  // QPs with packets to send
   std::vector<QpEngine*> lazy_;  // QPs with only an ACK to send

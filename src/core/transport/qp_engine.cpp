@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/log.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
@@ -118,9 +119,7 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
         if (type() == verbs::QpType::ud) {
           mtu = port_mtu;
         } else {
-          peer = nic.resolve(attr.ah_attr.dgid, attr.dest_qp_num, /*fresh=*/true);
-          icrc_ip.dst = peer.addr;
-          icrc_ip.dst_port = peer.port;
+          refresh_peer();
         }
       }
       break;
@@ -274,6 +273,15 @@ std::string to_string(const EngineSnapshot& s) {
                 to_string(s.rnr), to_string(s.gap), to_string(s.drain), to_string(s.recovery), s.epsn, to_string(s.msg),
                 to_string(s.slot), to_string(s.ack), to_string(s.seq));
   return buf;
+}
+
+void QpEngine::refresh_peer() noexcept {
+  const Endpoint e = nic_->resolve(attr.ah_attr.dgid, attr.dest_qp_num, /*fresh=*/true);
+  if (e.port != peer.port && peer.port != 0)
+    UROCE_LOG(debug, "qp 0x%x: peer %s now at %s", qpn_, peer.to_string().c_str(), e.to_string().c_str());
+  peer = e;
+  icrc_ip.dst = peer.addr;
+  icrc_ip.dst_port = peer.port;
 }
 
 }  // namespace uroce::transport

@@ -93,6 +93,10 @@ class QpEngine {
   void flush_locked() noexcept;
   void complete_send(SendWqe& wqe, verbs::WcStatus status) noexcept;
   EngineSnapshot snapshot() const noexcept;
+  // RC/UC: looks the peer's UDP endpoint up again (peer_ports.hpp); the
+  // requester does so when the peer stopped answering, as its process may
+  // now receive on another port than the one found when connecting.
+  void refresh_peer() noexcept;
 
   verbs::QpAttr attr;  // the one copy of the attributes; attr.qp_state is the QP's state
   WorkQueue<SendWqe> sq;

@@ -135,6 +135,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   if (qp.attr.timeout != 0) {
     if (r.retry_left == 0) {
       ++nic.counters().req_retry_exc;
+      nic.log_counters("a QP exceeded its retry count");
       uint32_t idx;
       if (find_wqe(qp, r.una_psn, idx))
         fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
@@ -146,6 +147,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
     --r.retry_left;
   }
   UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(), r.una_psn, r.retry_left);
+  qp.refresh_peer();
   window_on_loss(nic, qp, true);
   go_back(nic, qp, r.una_psn);
   r.deadline = now + retransmit_interval(qp.attr.timeout);
