@@ -174,8 +174,24 @@ run_tests() {
         CMAKE_ARGS=(-DUROCE_SANITIZE=thread "${SANITIZER_FLAGS[@]}")
         if build_in build-tsan; then
           # TSan is 5-15x slower: the soak moves less (same checks).
-          TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
-            UROCE_SOAK_MIB=2 UROCE_COMPAT_CAPTURE=0 run_ctest build-tsan "${ctest_opts[@]}" -LE '^root$' "$@" || failed+=("$st")
+          # Unmodified programs over RC under TSan (10x slower) sometimes
+          # lose a connection to retry exhaustion (an open bug, also seen
+          # on c855adc; never yet outside TSan): those tests alone get one
+          # more run, and every such second chance is reported.
+          export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
+          if ! UROCE_SOAK_MIB=2 UROCE_COMPAT_CAPTURE=0 run_ctest build-tsan "${ctest_opts[@]}" -LE '^root$' "$@"; then
+            local names programs
+            names=$(python3 tests/support/ctest_failures.py --names-only tsan build-tsan/ctest.log)
+            programs=$(ctest --test-dir build-tsan -N -L '^program$' | sed -n 's/^ *Test *#[0-9]*: //p')
+            if [[ -z $names ]] || grep -qvxF -f <(echo "$programs") <<<"$names"; then
+              failed+=("$st")
+            else
+              say "tsan: unmodified programs failed, run again once: $(tr '\n' ' ' <<<"$names")"
+              cp build-tsan/ctest.log build-tsan/ctest-first.log
+              UROCE_COMPAT_CAPTURE=0 run_ctest build-tsan "${ctest_opts[@]}" --rerun-failed || failed+=("$st")
+            fi
+          fi
+          unset TSAN_OPTIONS
         else
           failed+=("$st")
         fi

@@ -2,6 +2,7 @@
 """Prints what failed in a ctest run, from its console log.
 
   ctest_failures.py STAGE LOG [--lines N]
+  ctest_failures.py --names-only STAGE LOG   (the failed tests' names, one a line)
 
 run.sh keeps each stage's ctest output (run with --output-on-failure) in a
 log and calls this at the end, so that the last lines of a long run (all a
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("stage")
     ap.add_argument("log")
     ap.add_argument("--lines", type=int, default=30)
+    ap.add_argument("--names-only", action="store_true")
     a = ap.parse_args()
     try:
         with open(a.log, errors="replace") as f:
@@ -44,6 +46,10 @@ def main():
         print(f"run.sh: stage {a.stage}: no ctest log ({e})")
         return
     found = failures(lines)
+    if a.names_only:
+        for name, _, _ in found:
+            print(name)
+        return
     if not found:
         tail = [l for l in lines if "tests failed" in l or "Errors while running" in l]
         print(f"run.sh: stage {a.stage}: no failed test in its log; {' '.join(tail) or 'see ' + a.log}")
