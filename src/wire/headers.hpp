@@ -41,6 +41,16 @@ struct Bth {
   friend bool operator==(const Bth&, const Bth&) = default;
 };
 
+// Partition keys (IBA 10.9.3): the low 15 bits name the partition, the top
+// bit says full (1) or limited (0) membership.  Two keys match when they name
+// the same partition and at least one is a full member; 0x0000 and 0x8000
+// are invalid and match nothing.  A RoCE port's table holds the default key
+// 0xFFFF, which a limited member's 0x7FFF also matches.
+inline constexpr uint16_t kDefaultPkey = 0xffff;
+constexpr bool pkey_matches(uint16_t a, uint16_t b) noexcept {
+  return (a & 0x7fff) != 0 && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000) != 0;
+}
+
 //  XRC Extended Transport Header (IBA 9.3.8), 4 bytes, right after the BTH of
 //  every XRC request; stored in Headers::xrc_srqn.
 //  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+

@@ -162,6 +162,36 @@ TEST(Hostile, FuturePsnsDrawOneSequenceNakAndChangeNothing) {
   v.expect_untouched("future PSNs");
 }
 
+// The port's P_Key table is the default key alone: a packet of another
+// partition (or with an invalid key) is dropped before anything else looks
+// at it, as rxe drops it; a limited member of the default partition
+// (0x7FFF) matches the full member 0xFFFF and is served.
+TEST(Hostile, ForeignPartitionsAreDropped) {
+  Victim v;
+  std::vector<std::vector<uint8_t>> pkts;
+  for (uint16_t pkey : {0x0000, 0x8000, 0x1234, 0x7ffe, 0xfffe}) {
+    wire::Headers h = write_only(v.qp->qpn(), v.epsn, v.all.addr() + 8, v.all.rkey(), 64);
+    h.bth.pkey = pkey;
+    pkts.push_back(Victim::packet(h, bytes(64, 0x11)));
+  }
+  v.send(pkts);
+  auto c = v.counters();
+  EXPECT_EQ(c.rx_pkey_violations, 5u);
+  EXPECT_EQ(c.resp_acks_sent + c.resp_future_psn + c.resp_duplicates + c.resp_rkey_errors, 0u);
+  EXPECT_TRUE(v.answers().empty()) << "dropped silently, not NAKed";
+  v.expect_untouched("foreign P_Keys");
+
+  wire::Headers h = write_only(v.qp->qpn(), v.epsn++, v.all.addr() + 8, v.all.rkey(), 64);
+  h.bth.pkey = 0x7fff;
+  v.send1(Victim::packet(h, bytes(64, 0x22)));
+  EXPECT_EQ(v.all.mem->data()[8], 0x22) << "a limited member of the default partition is served";
+  EXPECT_EQ(v.counters().rx_pkey_violations, 5u);
+}
+
+static_assert(wire::pkey_matches(0xffff, 0xffff) && wire::pkey_matches(0x7fff, 0xffff) &&
+              wire::pkey_matches(0xffff, 0x7fff) && !wire::pkey_matches(0x7fff, 0x7fff) &&
+              !wire::pkey_matches(0x8000, 0x8000) && !wire::pkey_matches(0x0000, 0xffff));
+
 TEST(Hostile, GuessedRkeysAreRefused) {
   Victim v;
   std::mt19937_64 rng(2024);

@@ -41,7 +41,7 @@ void Nic::send_gsi(const Endpoint& dst, std::span<const uint8_t> mad) noexcept {
   std::lock_guard g(mu_);
   wire::Headers h;
   h.bth.opcode = uint8_t(wire::Opcode::ud_send_only);
-  h.bth.pkey = 0xffff;
+  h.bth.pkey = wire::kDefaultPkey;
   h.bth.dest_qp = kGsiQpn;
   h.bth.ack_req = true;
   h.bth.psn = gsi_psn_;

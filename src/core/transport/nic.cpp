@@ -349,6 +349,13 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
       UROCE_LOG(debug, "drop from %s: bad ICRC", raw.src.to_string().c_str());
       return;
   }
+  // The port's P_Key table holds the default key only (ibv_query_pkey):
+  // a packet of another partition is dropped, as rxe and NICs drop it.
+  if (!wire::pkey_matches(pkt.hdr.bth.pkey, wire::kDefaultPkey)) {
+    ++counters_.rx_pkey_violations;
+    UROCE_LOG(debug, "drop from %s: P_Key 0x%04x", raw.src.to_string().c_str(), pkt.hdr.bth.pkey);
+    return;
+  }
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.service == wire::Service::cnp) {
     ++counters_.rx_cnp;

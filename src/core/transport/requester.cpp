@@ -54,7 +54,7 @@ uint8_t data_opcode(bool uc, WrOpcode op, bool first, bool last) noexcept {
 wire::Headers base_headers(const QpEngine& qp, uint8_t opcode, uint32_t psn) noexcept {
   wire::Headers h;
   h.bth.opcode = opcode;
-  h.bth.pkey = 0xffff;
+  h.bth.pkey = wire::kDefaultPkey;
   h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = psn;
   return h;
@@ -188,7 +188,7 @@ void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   const bool imm = w.opcode == WrOpcode::send_with_imm;
   wire::Headers h;
   h.bth.opcode = uint8_t(imm ? Opcode::ud_send_only_imm : Opcode::ud_send_only);
-  h.bth.pkey = 0xffff;
+  h.bth.pkey = wire::kDefaultPkey;
   h.bth.solicited = w.flags & verbs::send_flags::kSolicited;
   h.bth.dest_qp = w.ud_qpn;
   h.bth.psn = w.first_psn;
