@@ -361,6 +361,9 @@ class Cm {
 
   // Tests: connection records alive (with or without an id).
   size_t conn_count();
+  // MADs about a connection that came from another address than its peer's
+  // (ignored: conn_from_peer).
+  uint64_t foreign_mads();
 
  private:
   friend class Liveness;  // reads the records and config, reports a peer gone
@@ -425,6 +428,11 @@ class Cm {
 
   // received MADs (cm_recv.cpp)
   Conn* conn_by_local(uint32_t local_comm_id) const noexcept;
+  // The record of our comm ID `local_comm_id`, if `mad` came from that
+  // connection's peer.  CM MADs carry no authentication: a third host that
+  // guesses the comm IDs must not answer, reject or tear down a connection
+  // (counted and logged instead).
+  Conn* conn_from_peer(uint32_t local_comm_id, const GsiMad& mad) noexcept;
   // last_chance: a request held for want of a listener (orphans_) is
   // refused now if there still is none.
   void recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool last_chance = false) noexcept;
@@ -452,6 +460,7 @@ class Cm {
   Liveness live_{*this};                                    // after the state it reads
   std::mt19937_64 rng_;
   uint32_t comm_counter_ = 0;
+  uint64_t foreign_mads_ = 0;  // MADs about a connection from another address than its peer's
   uint32_t tid_hi_ = 0;
   IdTable ids_{dir_, rng_};  // devices, ids, listeners, waiting requests
 };

@@ -48,6 +48,22 @@ Conn* Cm::conn_by_local(uint32_t local_comm_id) const noexcept {
   return it == conns_.end() ? nullptr : it->second.get();
 }
 
+uint64_t Cm::foreign_mads() {
+  Lock g(mu_);
+  return foreign_mads_;
+}
+
+Conn* Cm::conn_from_peer(uint32_t local_comm_id, const GsiMad& mad) noexcept {
+  Conn* c = conn_by_local(local_comm_id);
+  if (!c) return nullptr;
+  const IpAddr& a = mad.src.addr;
+  if (a == c->remote_gid || a == c->peer.addr || a == c->peer_src.addr) return c;
+  ++foreign_mads_;
+  UROCE_LOG(info, "cm: ignoring %s for connection 0x%08x from %s, not its peer %s", describe(mad.data).c_str(),
+            local_comm_id, mad.src.to_string().c_str(), c->remote_gid.to_string().c_str());
+  return nullptr;
+}
+
 void Cm::drop_conn(Conn* c) noexcept {
   if (c->id) c->id->conn_ = nullptr;
   if (c->in_remote_index) by_remote_.erase({c->peer.addr, c->remote_id});

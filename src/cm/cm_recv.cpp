@@ -161,7 +161,7 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
 void Cm::recv_rtu(const GsiMad& mad) noexcept {
   Rtu r;
   if (!decode(mad.data, r)) return;
-  Conn* c = conn_by_local(r.remote_comm_id);
+  Conn* c = conn_from_peer(r.remote_comm_id, mad);
   if (!c || c->active || c->remote_id != r.local_comm_id) return;
   const fsm::Row* row = row_for(c->id, c, fsm::Ev::rtu);
   if (!row) return;  // a duplicate
@@ -179,7 +179,7 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
   (void)h;
   Rep r;
   if (!decode(mad.data, r)) return;
-  Conn* c = conn_by_local(r.remote_comm_id);
+  Conn* c = conn_from_peer(r.remote_comm_id, mad);
   if (!c || !c->active || c->ud) return;
   if (c->remote_id != 0 && c->remote_id != r.local_comm_id) return;  // not our peer's
   const fsm::Row* row = row_for(c->id, c, fsm::Ev::rep);
@@ -240,7 +240,7 @@ void Cm::recv_rep(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept
 void Cm::recv_rej(const GsiMad& mad) noexcept {
   Rej r;
   if (!decode(mad.data, r)) return;
-  Conn* c = conn_by_local(r.remote_comm_id);
+  Conn* c = conn_from_peer(r.remote_comm_id, mad);
   if (!c && r.remote_comm_id == 0 && r.msg_rejected == MsgRef::req) {
     // The active side gave up on a REQ before it knew our comm ID.
     auto it = by_remote_.find({mad.src.addr, r.local_comm_id});
@@ -259,7 +259,7 @@ void Cm::recv_rej(const GsiMad& mad) noexcept {
 void Cm::recv_mra(const GsiMad& mad) noexcept {
   Mra m;
   if (!decode(mad.data, m)) return;
-  Conn* c = conn_by_local(m.remote_comm_id);
+  Conn* c = conn_from_peer(m.remote_comm_id, mad);
   if (!c) return;
   if (m.msg_mraed != MsgRef::req && m.msg_mraed != MsgRef::rep) return;
   const fsm::Row* row = row_for(c->id, c, m.msg_mraed == MsgRef::req ? fsm::Ev::mra_req : fsm::Ev::mra_rep);
@@ -275,6 +275,7 @@ void Cm::recv_mra(const GsiMad& mad) noexcept {
 void Cm::recv_dreq(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcept {
   Dreq d;
   if (!decode(mad.data, d)) return;
+  if (conn_by_local(d.remote_comm_id) && !conn_from_peer(d.remote_comm_id, mad)) return;  // forged: no answer
   Conn* c = conn_by_local(d.remote_comm_id);
   if (!c || c->ud || c->remote_id != d.local_comm_id) {
     // Not a connection of ours (any more): DREP, so that the peer stops.
@@ -310,7 +311,7 @@ void Cm::recv_dreq(GsiPort& port, const GsiMad& mad, const MadHeader& h) noexcep
 void Cm::recv_drep(const GsiMad& mad) noexcept {
   Drep d;
   if (!decode(mad.data, d)) return;
-  Conn* c = conn_by_local(d.remote_comm_id);
+  Conn* c = conn_from_peer(d.remote_comm_id, mad);
   if (!c || c->remote_id != d.local_comm_id) return;
   if (const fsm::Row* row = row_for(c->id, c, fsm::Ev::drep)) enter(c->id, c, *row);
 }
@@ -390,7 +391,7 @@ void Cm::recv_sidr_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, boo
 void Cm::recv_sidr_rep(const GsiMad& mad) noexcept {
   SidrRep r;
   if (!decode(mad.data, r)) return;
-  Conn* c = conn_by_local(r.request_id);
+  Conn* c = conn_from_peer(r.request_id, mad);
   if (!c || !c->ud || !c->active) return;
   const bool ok = r.status == uint8_t(SidrStatus::ok);
   const fsm::Row* row = row_for(c->id, c, ok ? fsm::Ev::sidr_rep_ok : fsm::Ev::sidr_rep_err);

@@ -194,6 +194,36 @@ TEST_F(Cm_, DreqAfterTimewaitIsAnsweredWithDrep) {
   EXPECT_EQ(a.rec.of(c).back(), ET::disconnected);
 }
 
+// CM MADs are not authenticated: a third host that learned (or guessed) the
+// comm IDs of a connection sends its messages from its own address, and
+// they are ignored; the same message from the peer still counts.
+TEST_F(Cm_, MadsAboutAConnectionCountOnlyFromItsPeer) {
+  auto [c, s] = connect_pair();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(a.cm.disconnect(c).ok());
+  ASSERT_EQ(wire.queue.size(), 1u);
+  Sent dreq = wire.queue.front();
+  ASSERT_EQ(dreq.attr(), AttrId::dreq);
+  wire.queue.pop_front();
+  const size_t drep_before = wire.count(AttrId::drep);
+  for (const char* forger : {"10.0.0.66", "10.0.0.2"}) {
+    GsiMad m;
+    m.data = dreq.mad;
+    m.src = {*IpAddr::parse(forger), 4791};
+    m.dst = dreq.dst.addr;
+    m.src_qp = 1;
+    b.cm.on_mad(b.port, m);
+  }
+  EXPECT_EQ(s->state(), State::established) << "a forged DREQ tears nothing down";
+  EXPECT_EQ(b.rec.of(s).back(), ET::established);
+  EXPECT_TRUE(wire.queue.empty()) << "and draws no answer";
+  EXPECT_EQ(b.cm.foreign_mads(), 2u);
+  wire.queue.push_back(dreq);  // the peer's own
+  deliver();
+  EXPECT_EQ(b.rec.of(s).back(), ET::disconnected);
+  EXPECT_EQ(wire.count(AttrId::drep), drep_before);  // b answers with its own DREQ later, on disconnect
+}
+
 TEST_F(Cm_, QpFailureOnRepGivesConnectErrorAndRej) {
   listen_b();
   Id* c = resolved_a();
