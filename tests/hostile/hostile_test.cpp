@@ -3,6 +3,7 @@
 // between guard pages (hostile.hpp).
 #include "hostile.hpp"
 
+#include <functional>
 #include <random>
 
 namespace uroce::test {
@@ -26,6 +27,34 @@ bool has_read_data(const std::vector<wire::Headers>& hs) {
   for (const auto& h : hs)
     if (wire::info(h.bth.opcode).flags & wire::op::kRead) return true;
   return false;
+}
+
+// RC answers a request it refuses as IBA class C: the NAK, then the QP in
+// ERR, which ends a connection at its first bad request.  So each attack
+// goes to a victim of its own, to be seen refused on its own merits: one
+// NAK of `code`, no READ data, the QP (`none`: the QP without rights) in
+// ERR, no byte moved.  Returns the victim's counters.
+using Attack = std::function<std::vector<uint8_t>(Victim&)>;
+transport::Counters attack_alone(const Attack& make, NakCode code, const char* what, bool none = false) {
+  Victim v;
+  v.send1(make(v));
+  auto a = v.answers();
+  EXPECT_FALSE(has_read_data(a)) << what;
+  EXPECT_EQ(naks(a), (std::vector<std::pair<AckType, uint8_t>>{{AckType::nak, uint8_t(code)}})) << what;
+  EXPECT_EQ((none ? v.qp_none : v.qp)->query().qp_state, QpState::err) << what;
+  v.expect_untouched(what);
+  const auto c = v.counters();
+  EXPECT_EQ(c.resp_qp_errors, 1u) << what;
+  return c;
+}
+transport::Counters& operator+=(transport::Counters& a, const transport::Counters& b) {
+  a.resp_bounds_errors += b.resp_bounds_errors;
+  a.resp_misaligned_atomics += b.resp_misaligned_atomics;
+  a.resp_rights_errors += b.resp_rights_errors;
+  a.resp_pd_errors += b.resp_pd_errors;
+  a.resp_len_errors += b.resp_len_errors;
+  a.resp_opcode_seq_errors += b.resp_opcode_seq_errors;
+  return a;
 }
 
 // The harness sees a legitimate WRITE land (so "untouched" means something).
@@ -210,67 +239,85 @@ TEST(Hostile, GuessedRkeysAreRefused) {
   // Local keys are no remote keys either (they name the same regions).
   pkts.push_back(Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr(), v.all.mr->lkey(), 64), bytes(64)));
   v.send(pkts);
+  // The first wrong key ends the connection (IBA class C, as rxe): one NAK,
+  // the QP in ERR, and every later guess is dropped unanswered.
   const auto c = v.counters();
-  EXPECT_EQ(c.resp_rkey_errors, pkts.size());
-  EXPECT_GE(c.resp_access_naks_sent, 1u);
+  EXPECT_EQ(c.resp_rkey_errors, 1u);
+  EXPECT_EQ(c.resp_qp_errors, 1u);
+  EXPECT_EQ(c.rx_bad_state, pkts.size() - 1);
+  EXPECT_EQ(v.qp->query().qp_state, QpState::err);
   auto a = v.answers();
   EXPECT_FALSE(has_read_data(a));
-  for (const auto& [type, code] : naks(a)) EXPECT_EQ(code, uint8_t(NakCode::remote_access_error)) << int(type);
+  EXPECT_EQ(naks(a), (std::vector<std::pair<AckType, uint8_t>>{{AckType::nak, uint8_t(NakCode::remote_access_error)}}));
   v.expect_untouched("guessed rkeys");
 }
 
 TEST(Hostile, OutOfRangeAddressesAndLengthsAreRefused) {
-  Victim v;
-  const uint64_t base = v.all.addr(), end = base + Victim::kRegion;
-  const uint32_t k = v.all.rkey(), q = v.qp->qpn();
-  std::vector<std::vector<uint8_t>> pkts;
-  // WRITEs: one byte before, one byte past, far past, wrapping around, huge lengths.
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, base - 1, k, 64), bytes(64)));
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, end - 63, k, 64), bytes(64)));
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, end, k, 1), bytes(1)));
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, ~0ull - 10, k, 64), bytes(64)));
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, base, k, 0xffffffffu), bytes(64)));
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, 0, k, 64), bytes(64)));
-  // READs: the same, including a length that overflows 32-bit arithmetic.
-  pkts.push_back(Victim::packet(read_req(q, v.epsn, base - 4096, k, 4096), {}));
-  pkts.push_back(Victim::packet(read_req(q, v.epsn, end - 100, k, 101), {}));
-  pkts.push_back(Victim::packet(read_req(q, v.epsn, base, k, uint32_t(Victim::kRegion) + 1), {}));
-  pkts.push_back(Victim::packet(read_req(q, v.epsn, base, k, 0x7fffffffu), {}));
-  // Atomics: past the end, straddling it, before the start.
-  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, end, k, 1), {}));
-  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, end - 4, k, 1), {}));  // misaligned too
-  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, base - 8, k, 1), {}));
-  v.send(pkts);
-  auto c = v.counters();
-  EXPECT_EQ(c.resp_bounds_errors, 12u);
-  EXPECT_EQ(c.resp_misaligned_atomics, 1u);
-  EXPECT_GE(c.resp_access_naks_sent, 1u);
-  auto a = v.answers();
-  EXPECT_FALSE(has_read_data(a));
-  v.expect_untouched("out of range");
+  auto base = [](Victim& v) { return v.all.addr(); };
+  auto end = [](Victim& v) { return v.all.addr() + Victim::kRegion; };
+  auto w = [](Victim& v, uint64_t va, uint32_t len, size_t n) {
+    return Victim::packet(write_only(v.qp->qpn(), v.epsn, va, v.all.rkey(), len), bytes(n));
+  };
+  auto r = [](Victim& v, uint64_t va, uint32_t len) {
+    return Victim::packet(read_req(v.qp->qpn(), v.epsn, va, v.all.rkey(), len), {});
+  };
+  auto f = [](Victim& v, uint64_t va) {
+    return Victim::packet(fetch_add(v.qp->qpn(), v.epsn, va, v.all.rkey(), 1), {});
+  };
+  const std::vector<std::pair<const char*, Attack>> attacks = {
+      // WRITEs: one byte before, one byte past, far past, wrapping around, huge lengths.
+      {"write before", [&](Victim& v) { return w(v, base(v) - 1, 64, 64); }},
+      {"write past", [&](Victim& v) { return w(v, end(v) - 63, 64, 64); }},
+      {"write at end", [&](Victim& v) { return w(v, end(v), 1, 1); }},
+      {"write wrapping", [&](Victim& v) { return w(v, ~0ull - 10, 64, 64); }},
+      {"write huge", [&](Victim& v) { return w(v, base(v), 0xffffffffu, 64); }},
+      {"write at 0", [&](Victim& v) { return w(v, 0, 64, 64); }},
+      // READs: the same, including a length that overflows 32-bit arithmetic.
+      {"read before", [&](Victim& v) { return r(v, base(v) - 4096, 4096); }},
+      {"read past", [&](Victim& v) { return r(v, end(v) - 100, 101); }},
+      {"read long", [&](Victim& v) { return r(v, base(v), uint32_t(Victim::kRegion) + 1); }},
+      {"read huge", [&](Victim& v) { return r(v, base(v), 0x7fffffffu); }},
+      // Atomics: past the end, before the start.
+      {"atomic past", [&](Victim& v) { return f(v, end(v)); }},
+      {"atomic before", [&](Victim& v) { return f(v, base(v) - 8); }},
+  };
+  transport::Counters sum;
+  for (const auto& [what, make] : attacks) sum += attack_alone(make, NakCode::remote_access_error, what);
+  EXPECT_EQ(sum.resp_bounds_errors, attacks.size());
+  // Straddling the end, and misaligned: an invalid request before the bounds.
+  sum += attack_alone([&](Victim& v) { return f(v, end(v) - 4); }, NakCode::invalid_request, "atomic misaligned");
+  EXPECT_EQ(sum.resp_misaligned_atomics, 1u);
+  EXPECT_EQ(sum.resp_bounds_errors, attacks.size());
 }
 
 TEST(Hostile, WritesLongerThanTheirRethAreRefused) {
-  Victim v;
-  const uint32_t q = v.qp->qpn(), k = v.all.rkey();
-  // WRITE_FIRST announcing 1100 bytes (MTU 1024), then a LAST carrying 1024:
-  // the payload would run 948 bytes past the announced length.
-  wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
-  first.reth = {v.all.addr() + Victim::kRegion - 1100, k, 1100};
-  wire::Headers last = bth(uint8_t(Opcode::rc_write_last), q, v.epsn + 1);
-  v.send({Victim::packet(first, bytes(1024, 0x11)), Victim::packet(last, bytes(1024, 0x22))});
-  auto c = v.counters();
-  EXPECT_EQ(c.resp_len_errors, 1u);
-  // The first packet landed (it was within the grant); nothing of the second.
-  EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 1100], 0x11);
-  EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 77], 0x11);
-  EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 76], v.all.snapshot[Victim::kRegion - 76]);
-  v.resnapshot();
-  ++v.epsn;  // the FIRST was accepted
+  {
+    Victim v;
+    const uint32_t q = v.qp->qpn(), k = v.all.rkey();
+    // WRITE_FIRST announcing 1100 bytes (MTU 1024), then a LAST carrying 1024:
+    // the payload would run 948 bytes past the announced length.
+    wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
+    first.reth = {v.all.addr() + Victim::kRegion - 1100, k, 1100};
+    wire::Headers last = bth(uint8_t(Opcode::rc_write_last), q, v.epsn + 1);
+    v.send({Victim::packet(first, bytes(1024, 0x11)), Victim::packet(last, bytes(1024, 0x22))});
+    auto c = v.counters();
+    EXPECT_EQ(c.resp_len_errors, 1u);
+    EXPECT_EQ(c.resp_qp_errors, 1u);
+    EXPECT_EQ(naks(v.answers()),
+              (std::vector<std::pair<AckType, uint8_t>>{{AckType::nak, uint8_t(NakCode::invalid_request)}}));
+    // The first packet landed (it was within the grant); nothing of the second.
+    EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 1100], 0x11);
+    EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 77], 0x11);
+    EXPECT_EQ(v.all.mem->data()[Victim::kRegion - 76], v.all.snapshot[Victim::kRegion - 76]);
+  }
   // A WRITE_ONLY whose payload is longer than its RETH length.
-  v.send1(Victim::packet(write_only(q, v.epsn, v.all.addr() + Victim::kRegion - 8, k, 8), bytes(512, 0x33)));
-  EXPECT_EQ(v.counters().resp_len_errors, 2u);
-  v.expect_untouched("WRITE longer than its RETH");
+  const auto c = attack_alone(
+      [](Victim& v) {
+        return Victim::packet(write_only(v.qp->qpn(), v.epsn, v.all.addr() + Victim::kRegion - 8, v.all.rkey(), 8),
+                              bytes(512, 0x33));
+      },
+      NakCode::invalid_request, "WRITE longer than its RETH");
+  EXPECT_EQ(c.resp_len_errors, 1u);
 }
 
 TEST(Hostile, SendLongerThanTheReceiveBufferIsRefused) {
@@ -298,33 +345,63 @@ TEST(Hostile, SendLongerThanTheReceiveBufferIsRefused) {
 }
 
 TEST(Hostile, MissingAccessRightsAreRefused) {
-  Victim v;
-  const uint32_t q = v.qp->qpn();
-  std::vector<std::vector<uint8_t>> pkts;
-  pkts.push_back(Victim::packet(write_only(q, v.epsn, v.read_only.addr(), v.read_only.rkey(), 64), bytes(64)));
-  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, v.read_only.addr(), v.read_only.rkey(), 1), {}));
-  pkts.push_back(Victim::packet(read_req(q, v.epsn, v.write_only.addr(), v.write_only.rkey(), 64), {}));
-  pkts.push_back(Victim::packet(fetch_add(q, v.epsn, v.write_only.addr(), v.write_only.rkey(), 1), {}));
+  const std::vector<std::pair<const char*, Attack>> attacks = {
+      {"write read-only",
+       [](Victim& v) {
+         return Victim::packet(write_only(v.qp->qpn(), v.epsn, v.read_only.addr(), v.read_only.rkey(), 64), bytes(64));
+       }},
+      {"atomic read-only",
+       [](Victim& v) {
+         return Victim::packet(fetch_add(v.qp->qpn(), v.epsn, v.read_only.addr(), v.read_only.rkey(), 1), {});
+       }},
+      {"read write-only",
+       [](Victim& v) {
+         return Victim::packet(read_req(v.qp->qpn(), v.epsn, v.write_only.addr(), v.write_only.rkey(), 64), {});
+       }},
+      {"atomic write-only",
+       [](Victim& v) {
+         return Victim::packet(fetch_add(v.qp->qpn(), v.epsn, v.write_only.addr(), v.write_only.rkey(), 1), {});
+       }},
+  };
+  transport::Counters sum;
+  for (const auto& [what, make] : attacks) sum += attack_alone(make, NakCode::remote_access_error, what);
   // The QP grants nothing, whatever the region would.
-  const uint32_t qn = v.qp_none->qpn();
-  pkts.push_back(Victim::packet(write_only(qn, v.epsn_none, v.all.addr(), v.all.rkey(), 64), bytes(64)));
-  pkts.push_back(Victim::packet(read_req(qn, v.epsn_none, v.all.addr(), v.all.rkey(), 64), {}));
-  pkts.push_back(Victim::packet(fetch_add(qn, v.epsn_none, v.all.addr(), v.all.rkey(), 1), {}));
-  v.send(pkts);
-  EXPECT_EQ(v.counters().resp_rights_errors, 7u);
-  EXPECT_FALSE(has_read_data(v.answers()));
-  v.expect_untouched("missing access");
+  const std::vector<std::pair<const char*, Attack>> none = {
+      {"write, QP without rights",
+       [](Victim& v) {
+         return Victim::packet(write_only(v.qp_none->qpn(), v.epsn_none, v.all.addr(), v.all.rkey(), 64), bytes(64));
+       }},
+      {"read, QP without rights",
+       [](Victim& v) {
+         return Victim::packet(read_req(v.qp_none->qpn(), v.epsn_none, v.all.addr(), v.all.rkey(), 64), {});
+       }},
+      {"atomic, QP without rights",
+       [](Victim& v) {
+         return Victim::packet(fetch_add(v.qp_none->qpn(), v.epsn_none, v.all.addr(), v.all.rkey(), 1), {});
+       }},
+  };
+  for (const auto& [what, make] : none) sum += attack_alone(make, NakCode::remote_access_error, what, true);
+  EXPECT_EQ(sum.resp_rights_errors, 7u);
 }
 
 TEST(Hostile, RegionsOfAnotherPdAreRefused) {
-  Victim v;
-  const uint32_t q = v.qp->qpn(), k = v.other_pd.rkey();
-  const uint64_t a = v.other_pd.addr();
-  v.send({Victim::packet(write_only(q, v.epsn, a, k, 64), bytes(64)), Victim::packet(read_req(q, v.epsn, a, k, 64), {}),
-          Victim::packet(fetch_add(q, v.epsn, a, k, 1), {})});
-  EXPECT_EQ(v.counters().resp_pd_errors, 3u);
-  EXPECT_FALSE(has_read_data(v.answers()));
-  v.expect_untouched("wrong PD");
+  const std::vector<std::pair<const char*, Attack>> attacks = {
+      {"write",
+       [](Victim& v) {
+         return Victim::packet(write_only(v.qp->qpn(), v.epsn, v.other_pd.addr(), v.other_pd.rkey(), 64), bytes(64));
+       }},
+      {"read",
+       [](Victim& v) {
+         return Victim::packet(read_req(v.qp->qpn(), v.epsn, v.other_pd.addr(), v.other_pd.rkey(), 64), {});
+       }},
+      {"atomic",
+       [](Victim& v) {
+         return Victim::packet(fetch_add(v.qp->qpn(), v.epsn, v.other_pd.addr(), v.other_pd.rkey(), 1), {});
+       }},
+  };
+  transport::Counters sum;
+  for (const auto& [what, make] : attacks) sum += attack_alone(make, NakCode::remote_access_error, what);
+  EXPECT_EQ(sum.resp_pd_errors, 3u);
 }
 
 TEST(Hostile, ReadsAndAtomicsBeyondTheResponderLimitAreRefused) {
@@ -342,12 +419,17 @@ TEST(Hostile, ReadsAndAtomicsBeyondTheResponderLimitAreRefused) {
 }
 
 TEST(Hostile, OutOfSequenceOpcodesAreRefused) {
-  Victim v;
   // A MIDDLE with no FIRST before it, a LAST alone.
-  v.send({Victim::packet(bth(uint8_t(Opcode::rc_write_middle), v.qp->qpn(), v.epsn, false), bytes(1024)),
-          Victim::packet(bth(uint8_t(Opcode::rc_send_last), v.qp->qpn(), v.epsn), bytes(10))});
-  EXPECT_EQ(v.counters().resp_opcode_seq_errors, 2u);
-  v.expect_untouched("opcode sequence");
+  transport::Counters sum;
+  sum += attack_alone(
+      [](Victim& v) {
+        return Victim::packet(bth(uint8_t(Opcode::rc_write_middle), v.qp->qpn(), v.epsn, false), bytes(1024));
+      },
+      NakCode::invalid_request, "MIDDLE without FIRST");
+  sum += attack_alone(
+      [](Victim& v) { return Victim::packet(bth(uint8_t(Opcode::rc_send_last), v.qp->qpn(), v.epsn), bytes(10)); },
+      NakCode::invalid_request, "LAST alone");
+  EXPECT_EQ(sum.resp_opcode_seq_errors, 2u);
 }
 
 }  // namespace

@@ -127,12 +127,27 @@ TEST(ResponderMachine, OneSequenceNakPerGap) {
 
 // A WRITE in progress is the message; a SEND_MIDDLE while idle is an
 // opcode-sequence error (NAK invalid request) and leaves the machine idle.
-TEST(ResponderMachine, WriteInProgressAndOpcodeSequence) {
+// A packet out of the opcode sequence is an invalid request (IBA class C):
+// NAKed, and the QP enters ERR, its posted receive flushed.
+TEST(ResponderMachine, OutOfSequenceOpcodeEndsTheConnection) {
   Victim v;
   const uint32_t q = v.qp->qpn();
   v.send1(Victim::packet(send_pkt(Opcode::rc_send_middle, q, v.epsn), bytes(1024, 1)));
   EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::nak, uint8_t(NakCode::invalid_request), v.epsn}}));
-  EXPECT_EQ(snap(v, *v.qp).msg, RespMsg::idle);
+  EngineSnapshot s = snap(v, *v.qp);
+  EXPECT_EQ(s.msg, RespMsg::idle) << to_string(s);
+  EXPECT_EQ(s.state, QpState::err) << to_string(s);
+  auto wc = poll_all(*v.cq);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 42u);
+  EXPECT_EQ(wc[0].status, WcStatus::wr_flush_err);
+  EXPECT_EQ(v.counters().resp_qp_errors, 1u);
+  v.expect_untouched("opcode sequence");
+}
+
+TEST(ResponderMachine, WriteInProgress) {
+  Victim v;
+  const uint32_t q = v.qp->qpn();
   wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
   first.reth = {v.all.addr(), v.all.rkey(), 2048};
   v.send1(Victim::packet(first, bytes(1024, 7)));
@@ -148,9 +163,10 @@ TEST(ResponderMachine, WriteInProgressAndOpcodeSequence) {
 }
 
 // A WRITE with immediate takes its receive WQE before its data lands; when
-// the data cannot land (the region went away mid-message) the WQE is not
-// completed and not lost: it stays held and the next SEND fills it.
-TEST(ResponderMachine, WqeOfAFailedWriteWithImmediateIsHeldForTheNextMessage) {
+// the data cannot land (the region went away mid-message) the responder
+// answers as rxe does (IBA class C): the WQE completes with REM_ACCESS_ERR,
+// the requester gets the NAK, and the QP enters ERR.
+TEST(ResponderMachine, WqeOfAFailedWriteWithImmediateCompletesInError) {
   Victim v;
   const uint32_t q = v.qp->qpn();
   wire::Headers first = bth(uint8_t(Opcode::rc_write_first), q, v.epsn, false);
@@ -163,19 +179,18 @@ TEST(ResponderMachine, WqeOfAFailedWriteWithImmediateIsHeldForTheNextMessage) {
   EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::nak, uint8_t(NakCode::remote_access_error), v.epsn + 1}}));
   EngineSnapshot s = snap(v, *v.qp);
   EXPECT_EQ(s.msg, RespMsg::idle) << to_string(s);
-  EXPECT_EQ(s.slot, RecvSlot::rq) << to_string(s);
-  EXPECT_TRUE(poll_all(*v.cq).empty());
-  // The requester would now resend from a new message; a SEND fills the WQE.
-  v.send1(Victim::packet(send_pkt(Opcode::rc_send_only, q, v.epsn + 1), bytes(100, 9)));
+  EXPECT_EQ(s.slot, RecvSlot::empty) << to_string(s);
+  EXPECT_EQ(s.state, QpState::err) << to_string(s);
   auto wc = poll_all(*v.cq);
   ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
   EXPECT_EQ(wc[0].wr_id, 42u);
-  EXPECT_EQ(wc[0].byte_len, 100u);
-  EXPECT_EQ(v.recv.mem->data()[Victim::kRegion - 4096 + 99], 9);  // the WQE the constructor posted
-  s = snap(v, *v.qp);
-  EXPECT_EQ(s.slot, RecvSlot::empty) << to_string(s);
-  v.resnapshot();
+  // Nothing after it is served.
+  v.send1(Victim::packet(send_pkt(Opcode::rc_send_only, q, v.epsn + 1), bytes(100, 9)));
+  EXPECT_TRUE(poll_all(*v.cq).empty());
+  EXPECT_EQ(v.counters().rx_bad_state, 1u);
+  v.recv.snapshot.assign(v.recv.mem->data(), v.recv.mem->data() + Victim::kRegion);
+  EXPECT_NE(v.recv.mem->data()[Victim::kRegion - 4096 + 99], 9);
 }
 
 }  // namespace

@@ -136,21 +136,33 @@ void complete_recv(Nic& nic, QpEngine& qp, WcStatus status, verbs::WcOpcode opco
   nic.deliver(qp.recv_cq(), wc, solicited || status != WcStatus::success);
 }
 
-// The request cannot be carried out: RC NAKs (and for a receive-side
-// failure the QP enters ERR, IBA 9.9.3); UC drops the message.
-void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus recv_status) noexcept {
+// The request cannot be carried out.  UC drops the message.  RC answers as
+// IBA 9.9.3 (class C errors) and rxe do: the receive WQE the message holds
+// (a SEND being filled; `wqe_in_use`: the one a WRITE with immediate took)
+// completes with the error, the QP enters ERR (flushing every other WQE),
+// and the requester gets the NAK.  So a peer that guesses keys, addresses
+// or opcodes gets one wrong guess per connection.
+void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus recv_status,
+                  bool wqe_in_use = false) noexcept {
   ResponderState& s = qp.resp;
   if (qp.type() == verbs::QpType::uc) {
     ++nic.counters().uc_dropped_messages;
     drop_uc_message(qp);
     return;
   }
+  const bool holds = (wqe_in_use || s.msg == RespMsg::send) && s.slot != RecvSlot::empty;
   transition(qp.qpn(), s.msg, RespMsg::idle);
-  if (recv_status != WcStatus::success) {  // a SEND's receive WQE fails
-    complete_recv(nic, qp, recv_status, verbs::WcOpcode::recv, 0, 0, 0, true);
+  if (holds) {
+    WcStatus st = recv_status;
+    if (st == WcStatus::success)
+      st = code == NakCode::remote_access_error ? WcStatus::rem_access_err
+           : code == NakCode::invalid_request   ? WcStatus::rem_inv_req_err
+                                                : WcStatus::rem_op_err;
+    complete_recv(nic, qp, st, verbs::WcOpcode::recv, 0, 0, 0, true);
     release_recv(qp);
-    qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   }
+  ++nic.counters().resp_qp_errors;
+  qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   responder_nak(nic, qp, psn, code);
 }
 
@@ -239,27 +251,13 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
   const bool rc = qp.type() == verbs::QpType::rc;
-  if (flags & op::kFirst) {
-    const wire::Reth& reth = pkt.hdr.reth;
-    if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
-      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
-      return;
-    }
-    s.write_rkey = reth.rkey;
-    s.write_va = reth.va;
-    s.write_left = s.write_total = reth.length;
-    transition(qp.qpn(), s.msg, RespMsg::write);
-  }
   const uint32_t len = uint32_t(pkt.payload.size());
   const bool last = flags & op::kLast;
-  if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu)) {
-    ++nic.counters().resp_len_errors;
-    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
-    return;
-  }
   // WRITE with immediate consumes a receive WQE: make sure one is there
-  // before any byte lands (an RNR NAK makes the requester send it again).
-  if (last && (flags & op::kImm) && !acquire_recv(qp)) {
+  // before anything else (an RNR NAK makes the requester send it again);
+  // an error in this packet then completes it, as rxe does.
+  const bool takes_wqe = last && (flags & op::kImm);
+  if (takes_wqe && !acquire_recv(qp)) {
     if (rc) {
       // The requester resends from this packet: a WRITE_ONLY comes back as
       // a FIRST, so the message must not count as begun.
@@ -272,10 +270,26 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     }
     return;
   }
+  if (flags & op::kFirst) {
+    const wire::Reth& reth = pkt.hdr.reth;
+    if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
+      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
+      return;
+    }
+    s.write_rkey = reth.rkey;
+    s.write_va = reth.va;
+    s.write_left = s.write_total = reth.length;
+    transition(qp.qpn(), s.msg, RespMsg::write);
+  }
+  if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu)) {
+    ++nic.counters().resp_len_errors;
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success, takes_wqe);
+    return;
+  }
   if (len) {
     uint8_t* dst = responder_remote_ptr(nic, qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
     if (!dst) {  // the MR went away in the middle of the message
-      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
+      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
       return;
     }
     std::memcpy(dst, pkt.payload.data(), len);
@@ -309,15 +323,15 @@ void on_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   if (reth.length > kMaxMessage) {  // more PSNs than half the sequence space
     ++nic.counters().resp_len_errors;
-    responder_nak(nic, qp, psn, NakCode::invalid_request);
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
   }
   if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
-    responder_nak(nic, qp, psn, NakCode::remote_access_error);
+    fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
     return;
   }
   if (resources_full(nic, qp)) {
-    responder_nak(nic, qp, psn, NakCode::invalid_request);
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
   }
   RdAtomicResource& r = new_resource(s, qp.attr.max_dest_rd_atomic);
@@ -343,21 +357,21 @@ void on_atomic(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   if (a.va % 8 != 0) {
     ++nic.counters().resp_misaligned_atomics;
-    responder_nak(nic, qp, psn, NakCode::invalid_request);
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
   }
   uint8_t* p = responder_remote_ptr(nic, qp, a.rkey, a.va, 8, verbs::access::kRemoteAtomic);
   if (p && reinterpret_cast<uintptr_t>(p) % 8 != 0) {  // iova and address disagree mod 8
     ++nic.counters().resp_misaligned_atomics;
-    responder_nak(nic, qp, psn, NakCode::invalid_request);
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
   }
   if (!p) {
-    responder_nak(nic, qp, psn, NakCode::remote_access_error);
+    fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
     return;
   }
   if (resources_full(nic, qp)) {
-    responder_nak(nic, qp, psn, NakCode::invalid_request);
+    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
     return;
   }
   auto* word = reinterpret_cast<uint64_t*>(p);
@@ -406,7 +420,7 @@ void on_duplicate(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
         return;
       }
       if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
-        responder_nak(nic, qp, psn, NakCode::remote_access_error);
+        fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
         return;
       }
       ++nic.counters().resp_dup_reads;
