@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
 #include "net/registry.hpp"
 #include "net/unique_fd.hpp"
@@ -145,7 +146,7 @@ Result<std::unique_ptr<ListenerTable>> ListenerTable::open(std::shared_ptr<HostR
     return err::from_errno(
         EPROTO, "listener table " + path + ": size " + std::to_string(st.st_size) + " (another uroce version?)");
   }
-  void* p = ::mmap(nullptr, sizeof(listeners::File), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* p = own_mappings::map(sizeof(listeners::File), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return sys_error(path, "mmap");
   t->file_ = static_cast<listeners::File*>(p);
   listeners::Header& h = t->file_->header;
@@ -173,7 +174,7 @@ ListenerTable::~ListenerTable() {
       e.owner.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
     }
   }
-  ::munmap(file_, sizeof(listeners::File));
+  own_mappings::unmap(file_, sizeof(listeners::File));
 }
 
 Status ListenerTable::add(const IpAddr& addr, uint64_t sid) {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
 #include "net/registry_layout.hpp"
 #include "net/unique_fd.hpp"
@@ -143,7 +144,7 @@ Result<std::shared_ptr<HostRegistry>> HostRegistry::open(const std::string& path
     return err::from_errno(EPROTO, "registry " + path + ": size " + std::to_string(st.st_size) + ", expected " +
                                        std::to_string(registry::kFileSize) + " (another uroce version?)");
   }
-  void* p = ::mmap(nullptr, registry::kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* p = own_mappings::map(registry::kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return sys_error(path, "mmap");
   reg->file_ = static_cast<registry::File*>(p);
 
@@ -229,7 +230,7 @@ void HostRegistry::release() noexcept {
 
 HostRegistry::~HostRegistry() {
   release();
-  if (file_) ::munmap(file_, registry::kFileSize);
+  if (file_) own_mappings::unmap(file_, registry::kFileSize);
 }
 
 Status HostRegistry::publish(const IpAddr& addr, uint16_t port) {

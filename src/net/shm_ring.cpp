@@ -17,6 +17,7 @@
 #include <new>
 
 #include "common/log.hpp"
+#include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
 #include "net/unique_fd.hpp"
 
@@ -150,7 +151,7 @@ Result<std::unique_ptr<ShmRing>> ShmRing::attach(const std::string& path) {
 }
 
 Status ShmRing::map(int fd, size_t size, bool populate) {
-  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+  void* m = own_mappings::map(size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (m == MAP_FAILED) return sys_error(path_, "mmap", errno);
   map_ = m;
   size_ = size;
@@ -196,7 +197,7 @@ void ShmRing::close() noexcept {
 
 ShmRing::~ShmRing() {
   close();
-  if (map_) ::munmap(map_, size_);
+  if (map_) own_mappings::unmap(map_, size_);
 }
 
 size_t ShmRing::clean_stale(const std::string& dir) {

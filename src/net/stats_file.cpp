@@ -16,6 +16,7 @@
 #include <new>
 #include <set>
 
+#include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
 #include "net/unique_fd.hpp"
 
@@ -107,7 +108,7 @@ Result<std::unique_ptr<StatsPublisher>> StatsPublisher::create(const Identity& i
     ::unlink(path.c_str());
     return err::from_errno(e, "stats file " + path + ": ftruncate: " + std::strerror(e));
   }
-  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* m = own_mappings::map(size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (m == MAP_FAILED) {
     const int e = errno;
     ::unlink(path.c_str());
@@ -135,7 +136,7 @@ Result<std::unique_ptr<StatsPublisher>> StatsPublisher::create(const Identity& i
 }
 
 StatsPublisher::~StatsPublisher() {
-  if (map_) ::munmap(map_, size_);
+  if (map_) own_mappings::unmap(map_, size_);
   if (!path_.empty()) {
     ::unlink(path_.c_str());
     std::lock_guard g(g_mu);
@@ -168,12 +169,12 @@ std::optional<StatsSnapshot> read_one(const std::string& path, bool& dead) {
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
       size_t(st.st_size) < sizeof(Header))
     return std::nullopt;
-  void* m = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd.get(), 0);
+  void* m = own_mappings::map(size_t(st.st_size), PROT_READ, MAP_SHARED, fd.get(), 0);
   if (m == MAP_FAILED) return std::nullopt;
   struct Unmap {
     void* m;
     size_t n;
-    ~Unmap() { ::munmap(m, n); }
+    ~Unmap() { own_mappings::unmap(m, n); }
   } unmap{m, size_t(st.st_size)};
   const auto* h = static_cast<const Header*>(m);
   if (__atomic_load_n(reinterpret_cast<const uint64_t*>(h->magic), __ATOMIC_ACQUIRE) != magic_word())

@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "common/own_mappings.hpp"
 #include "net/fake_io.hpp"
 #include "verbs/context.hpp"
 #include "verbs/keys.hpp"
@@ -138,6 +139,57 @@ TEST_F(MrTest, UnmappedRangeIsEfault) {
   munmap(b + 2 * page, page);
   // A wrapping range is refused too.
   EXPECT_EQ(Mr::reg(*pd_, ~0ull - 10, 100, 0, kAll).status().code(), EINVAL);
+}
+
+// As rdma-core's pinning does, registration refuses access the pages do not
+// grant (issue 11, row 1: a WRITE into a read-only registration crashed the
+// progress thread): readable throughout, writable where the flags write.
+TEST_F(MrTest, PagesMustGrantWhatTheAccessFlagsAsk) {
+  const long page = sysconf(_SC_PAGESIZE);
+  void* p = mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* b = static_cast<uint8_t*>(p);
+  ASSERT_EQ(mprotect(b + page, page, PROT_READ), 0);
+  ASSERT_EQ(mprotect(b + 2 * page, page, PROT_NONE), 0);
+  auto ro_all = reg(b + page, 64, kAll);
+  EXPECT_EQ(ro_all.status().code(), EFAULT);
+  EXPECT_NE(ro_all.status().to_string().find("not writable"), std::string::npos) << ro_all.status().to_string();
+  EXPECT_EQ(reg(b + page, 64, access::kLocalWrite).status().code(), EFAULT);
+  EXPECT_EQ(reg(b, 2 * page, access::kLocalWrite | access::kRemoteWrite).status().code(), EFAULT) << "spans it";
+  EXPECT_TRUE(reg(b + page, 64, access::kRemoteRead).ok()) << "reading a read-only page is granted";
+  EXPECT_TRUE(reg(b + page, 64, 0).ok());
+  EXPECT_TRUE(reg(b, page, kAll).ok());
+  EXPECT_EQ(reg(b + 2 * page, 64, 0).status().code(), EFAULT) << "PROT_NONE is not even readable";
+  EXPECT_EQ(reg(b + page, page + 1, access::kRemoteRead).status().code(), EFAULT);
+  // On-demand regions are checked when a packet touches them, not here.
+  auto odp = reg(b + page, page, kAll | access::kOnDemand);
+  ASSERT_TRUE(odp.ok());
+  const uint64_t ro = uint64_t(uintptr_t(b + page));
+  EXPECT_EQ((*odp)->translate(ro, 8, access::kRemoteWrite), nullptr);
+  EXPECT_NE((*odp)->translate(ro, 8, access::kRemoteRead), nullptr);
+  odp->reset();
+  munmap(b, 3 * page);
+}
+
+// uroce's own shared mappings (registry, counters, rings) are never part of
+// a memory region, not even of an implicit on-demand one covering the whole
+// address space (issue 11, row 4).
+TEST_F(MrTest, OwnSharedMappingsAreNeverReachable) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* own = own_mappings::map(page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1);
+  ASSERT_NE(own, MAP_FAILED);
+  const uint64_t a = uint64_t(uintptr_t(own));
+  EXPECT_EQ(reg(own, 64, access::kRemoteRead).status().code(), EFAULT);
+  EXPECT_EQ(reg(static_cast<uint8_t*>(own) - 64, 128, 0).status().code(), EFAULT);
+  auto implicit = Mr::reg(*pd_, 0, ~0ull, 0, kAll | access::kOnDemand);
+  ASSERT_TRUE(implicit.ok()) << implicit.status().to_string();
+  EXPECT_EQ((*implicit)->translate(a, 8, access::kRemoteRead), nullptr);
+  EXPECT_EQ((*implicit)->translate(a + page - 1, 1, access::kRemoteWrite), nullptr);
+  EXPECT_EQ((*implicit)->translate(a - 8, 16, access::kRemoteWrite), nullptr);
+  const uint64_t mine = uint64_t(uintptr_t(buf_.data()));
+  EXPECT_NE((*implicit)->translate(mine, 64, access::kRemoteWrite), nullptr) << "the application's memory is";
+  implicit->reset();
+  own_mappings::unmap(own, page);
 }
 
 TEST_F(MrTest, AccessFlagChecks) {

@@ -6,10 +6,12 @@
 
 #include <cstdio>
 
+#include "common/own_mappings.hpp"
 #include "net/registry.hpp"
 #include "transport/nic.hpp"
 #include "verbs/context.hpp"
 #include "verbs/pd.hpp"
+#include "verbs/process_memory.hpp"
 
 namespace uroce::verbs {
 namespace {
@@ -55,6 +57,7 @@ bool Mr::odp_fault_in(const uint8_t* p, uint64_t len, uint32_t need) noexcept {
   const uint64_t start = a & ~(page - 1);
   const uint64_t end = a + len;
   if (end < a) return false;
+  if (own_mappings::overlaps(a, len)) return false;        // uroce's own shared memory: never a peer's
   if (!populate_supported()) return range_mapped(a, len);  // no protection check before 5.14
   const bool write = need & (access::kLocalWrite | access::kRemoteWrite | access::kRemoteAtomic);
   return madvise(reinterpret_cast<void*>(start), end - start, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
@@ -118,8 +121,11 @@ Status MrTable::check_region(uint64_t addr, uint64_t length, uint64_t iova, uint
   if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
     return err::inval("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE as well");
   if (addr + length < addr || iova + length < iova) return err::inval("memory region wraps around the address space");
-  if (!(access & access::kOnDemand) && !range_mapped(addr, length))
-    return err::from_errno(EFAULT, "memory region is not mapped in this process");
+  // On-demand regions are checked page by page when a packet touches them.
+  if (!(access & access::kOnDemand)) {
+    const bool writable = access & (access::kLocalWrite | access::kRemoteWrite | access::kRemoteAtomic);
+    UROCE_TRY(check_process_memory(addr, length, writable));
+  }
   return {};
 }
 
