@@ -56,8 +56,8 @@ void Nic::send_gsi(const Endpoint& dst, std::span<const uint8_t> mad) noexcept {
   ip.ipv4_id = io_->tx_ipv4_id();
   ip.ipv4_frag = io_->tx_ipv4_frag();
   if (tx_.full()) flush_tx();
-  tx_.add(dst, ip, h, mad);
-  flush_tx();  // `mad` is the caller's: it must have left before we return
+  (void)tx_.add(dst, ip, h, mad);  // our own memory
+  flush_tx();                      // `mad` is the caller's: it must have left before we return
 }
 
 }  // namespace uroce::transport

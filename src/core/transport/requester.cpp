@@ -131,7 +131,10 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
       return false;
     }
   }
-  nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class);
+  if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class)) {
+    fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
+    return false;
+  }
   count_packet(nic, qp, r.send_psn);
   r.send_psn = psn_add(r.send_psn, 1);
   ++r.send_pkt;
@@ -164,7 +167,7 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   h.reth.va = w.remote_addr + off;
   h.reth.rkey = w.rkey;
   h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
-  nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
   count_packet(nic, qp, h.bth.psn, n);
   w.read_req += n;
   r.send_psn = psn_add(w.first_psn, w.read_req);
@@ -179,7 +182,7 @@ void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   h.atomic.rkey = w.rkey;
   h.atomic.swap_add = cas ? w.swap : w.compare_add;
   h.atomic.compare = cas ? w.compare_add : 0;
-  nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
   count_packet(nic, qp, w.first_psn);
   qp.req.send_psn = psn_add(w.first_psn, 1);
 }
@@ -209,7 +212,10 @@ void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   wire::IpUdpFields ip = qp.icrc_ip;
   ip.dst = w.ud_dst.addr;
   ip.dst_port = w.ud_dst.port;
-  nic.tx().add(w.ud_dst, ip, h, body, w.ud_tclass);
+  if (!nic.tx().add(w.ud_dst, ip, h, body, w.ud_tclass)) {
+    fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
+    return;
+  }
   ++nic.counters().req_packets;
 }
 

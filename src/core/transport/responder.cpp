@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "common/fault_guard.hpp"
 #include "common/log.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
@@ -168,6 +169,10 @@ void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus r
 
 }  // namespace
 
+void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code) noexcept {
+  fail_request(nic, qp, psn, code, WcStatus::success);
+}
+
 // Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR
 // access, bounds.  Every refusal is counted by its cause.
 uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint64_t va, uint32_t len,
@@ -292,7 +297,11 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
       fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
       return;
     }
-    std::memcpy(dst, pkt.payload.data(), len);
+    if (!fault_guard::copy(dst, pkt.payload.data(), len, dst)) {  // unmapped or re-protected since
+      ++nic.counters().resp_memory_faults;
+      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
+      return;
+    }
     s.write_va += len;
     s.write_left -= len;
   }
@@ -375,12 +384,21 @@ void on_atomic(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     return;
   }
   auto* word = reinterpret_cast<uint64_t*>(p);
-  uint64_t orig;
-  if (pkt.hdr.bth.opcode == uint8_t(wire::Opcode::rc_compare_swap)) {
-    orig = a.compare;
-    __atomic_compare_exchange_n(word, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-  } else {
-    orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
+  uint64_t orig = 0;
+  const bool cas = pkt.hdr.bth.opcode == uint8_t(wire::Opcode::rc_compare_swap);
+  // The memory may have gone (unmapped, re-protected) since it was
+  // registered: the guard turns the fault into an access error.
+  if (!fault_guard::run(p, 8, [&] {
+        if (cas) {
+          orig = a.compare;
+          __atomic_compare_exchange_n(word, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        } else {
+          orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
+        }
+      })) {
+    ++nic.counters().resp_memory_faults;
+    fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
+    return;
   }
   RdAtomicResource& r = new_resource(s, qp.attr.max_dest_rd_atomic);
   r.is_read = false;

@@ -21,7 +21,7 @@ void emit_ack(Nic& nic, QpEngine& qp) noexcept {
   h.bth.psn = s.ack_psn;
   h.aeth.syndrome = s.ack_syndrome;
   h.aeth.msn = s.msn;
-  nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
   if (s.ack == AckOwed::ack) ++nic.counters().resp_acks_sent;
   transition(qp.qpn(), s.ack, AckOwed::none);
   s.acks_owed = 0;
@@ -39,7 +39,7 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     h.bth.opcode = uint8_t(wire::Opcode::rc_atomic_ack);
     h.bth.psn = r.psn;
     h.atomic_ack.orig = r.orig;
-    nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
+    (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
     return false;
   }
   const uint32_t len = std::min(qp.mtu, r.resp_left);
@@ -55,12 +55,16 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
   if (len) {
     const uint8_t* src = responder_remote_ptr(nic, qp, r.rkey, r.resp_va, len, verbs::access::kRemoteRead);
     if (!src) {  // deregistered while being read
-      responder_nak(nic, qp, r.resp_psn, wire::NakCode::remote_access_error);
+      responder_fail(nic, qp, r.resp_psn, wire::NakCode::remote_access_error);
       return false;
     }
     body = {src, len};
   }
-  nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class);
+  if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class)) {
+    ++nic.counters().resp_memory_faults;  // unmapped or re-protected since registration
+    responder_fail(nic, qp, r.resp_psn, wire::NakCode::remote_access_error);
+    return false;
+  }
   ++nic.counters().resp_read_packets;
   r.resp_psn = psn_add(r.resp_psn, 1);
   r.resp_va += len;
@@ -85,7 +89,7 @@ bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     }
     if (nic.tx().full()) nic.flush_tx();
     --budget;
-    if (!emit_response(nic, qp, *next)) {
+    if (!emit_response(nic, qp, *next) && next->pending) {  // (a failure flushed them all)
       next->pending = false;
       --s.res_pending;
     }

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/fault_guard.hpp"
+
 namespace uroce::transport {
 namespace {
 
@@ -23,7 +25,7 @@ bool scatter(const MemoryDomain& mem, std::span<const verbs::Sge> sges, uint32_t
     const uint32_t n = uint32_t(std::min<size_t>(sge.length - offset, data.size() - done));
     uint8_t* dst = resolve(mem, sge, offset, n, verbs::access::kLocalWrite);
     if (!dst) return false;
-    std::memcpy(dst, data.data() + done, n);
+    if (!fault_guard::copy(dst, data.data() + done, n, dst)) return false;  // gone since registered
     done += n;
     offset = 0;
   }
@@ -53,7 +55,10 @@ std::span<const uint8_t> gather(const MemoryDomain& mem, std::span<const verbs::
       ok = false;
       return {};
     }
-    std::memcpy(scratch + done, p, n);
+    if (!fault_guard::copy(scratch + done, p, n, p)) {  // gone since registered
+      ok = false;
+      return {};
+    }
     done += n;
     offset = 0;
   }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/fault_guard.hpp"
 #include "transport/counters.hpp"
 #include "wire/packet.hpp"
 
@@ -11,7 +12,7 @@ TxBatch::TxBatch() {
   for (auto& s : slots_) s.bounce = std::make_unique<uint8_t[]>(kBounce);
 }
 
-void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h, std::span<const uint8_t> body,
+bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h, std::span<const uint8_t> body,
                   uint8_t tos) noexcept {
   Slot& s = slots_[n_];
   const uint8_t pad = wire::pad_for(body.size());
@@ -26,8 +27,13 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ && udp_len <= train_seg_ &&
                     train_bytes_ + udp_len <= 65000 && pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
   wire::IpUdpFields seg_ip = ip;
+  if (join) seg_ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
+  wire::Icrc crc(seg_ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
+  crc.update(std::span<const uint8_t>(s.head + 12, hlen - 12));
+  // The body may be application memory that went away since it was
+  // registered: the packet is then not added (nothing changed).
+  if (!body.empty() && !fault_guard::run(body.data(), body.size(), [&] { crc.update(body); })) return false;
   if (join) {
-    seg_ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
     ++train_len_;
     train_bytes_ += udp_len;
     pkts_[train_first_].gso_segments = train_len_;
@@ -38,9 +44,6 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
     train_bytes_ = train_seg_ = udp_len;
     train_closed_ = gso_max_ < 2 || ack;
   }
-  wire::Icrc crc(seg_ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
-  crc.update(std::span<const uint8_t>(s.head + 12, hlen - 12));
-  crc.update(body);
   std::memset(s.tail, 0, pad);
   crc.update(std::span<const uint8_t>(s.tail, pad));
   wire::put_icrc(crc.value(), s.tail + pad);
@@ -48,6 +51,7 @@ void TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
                             body, std::span<const uint8_t>(s.tail, pad + wire::kIcrcLen),
                             tos,  uint16_t(join ? 0 : 1)};
   ++n_;
+  return true;
 }
 
 void TxBatch::flush(net::PacketIo& io, Counters& c) noexcept {

@@ -36,8 +36,10 @@ class TxBatch {
   // Adds one packet: encodes h (opcode h.bth.opcode; BTH pad is set from the
   // body length), appends pad and the ICRC computed over `ip`.  The body is
   // not copied: it must stay valid until flush().  Caller ensures !full().
-  void add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h, std::span<const uint8_t> body,
-           uint8_t tos = 0) noexcept;
+  // False, and nothing added, if reading the body faulted: application
+  // memory unmapped or re-protected since it was registered.
+  [[nodiscard]] bool add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Headers& h,
+                         std::span<const uint8_t> body, uint8_t tos = 0) noexcept;
 
   // Sends everything queued.
   void flush(net::PacketIo& io, Counters& c) noexcept;
