@@ -42,21 +42,19 @@ void on_fault(int sig, siginfo_t* si, void* uc) {
 
 }  // namespace
 
-Guard*& current() noexcept {
-  static thread_local Guard* t = nullptr;
-  return t;
-}
+thread_local Guard* t_current __attribute__((tls_model("initial-exec"))) = nullptr;
+std::atomic<bool> g_installed{false};
 
-void install() noexcept {
+void install_slow() noexcept {
   static std::once_flag once;
   std::call_once(once, [] {
-    (void)current();  // this thread's slot exists before any signal
     struct sigaction sa {};
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGSEGV, &sa, &g_old_segv);
     ::sigaction(SIGBUS, &sa, &g_old_bus);
+    g_installed.store(true, std::memory_order_release);
   });
 }
 
