@@ -103,6 +103,9 @@ class PacketIo {
   // do not sleep (poll with timeout 0), receive.
   virtual bool prepare_wait() noexcept { return false; }
   virtual void done_wait() noexcept {}
+  // The longest a thread should sleep in wait_fd() without looking again
+  // (negative: as long as it likes).  ShmIo caps it: see shm_io.hpp.
+  virtual int max_sleep_ms() const noexcept { return -1; }
 
   // Largest UDP payload this I/O can carry.
   virtual size_t max_payload() const noexcept = 0;

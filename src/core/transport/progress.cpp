@@ -169,6 +169,10 @@ void Nic::progress_thread_main() noexcept {
       ::epoll_ctl(epfd_, EPOLL_CTL_MOD, io_->wait_fd(), &ev);
       armed = true;
     }
+    if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
+      const int64_t limit = Clock::now().time_since_epoch().count() + int64_t(cap) * 1'000'000;
+      sleep_until = std::min(sleep_until, limit);
+    }
     timespec timeout{};
     timespec* timeout_p = nullptr;  // forever
     if (sleep_until != INT64_MAX) {
