@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "common/own_mappings.hpp"
+#include "fake_context.hpp"
 #include "net/fake_io.hpp"
 #include "verbs/context.hpp"
 #include "verbs/keys.hpp"
@@ -22,20 +23,10 @@ namespace {
 
 constexpr uint32_t kAll = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
 
-// A device on a FakeNetwork: no socket needed to own a PD.
 class MrTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DeviceConfig cfg;
-    cfg.name = "mr-test";
-    cfg.gids.push_back(*IpAddr::parse("10.7.7.7"));
-    auto net = net::FakeNetwork::create();
-    cfg.io_factory = [net]() -> Result<std::unique_ptr<net::PacketIo>> {
-      auto io = net->attach({*IpAddr::parse("10.7.7.7"), 0});
-      if (!io.ok()) return io.status();
-      return std::unique_ptr<net::PacketIo>(std::move(*io));
-    };
-    auto ctx = Context::open(cfg);
+    auto ctx = open_fake_context();
     ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
     ctx_ = std::move(*ctx);
     pd_ = verbs::Pd::create(*ctx_).value();

@@ -16,6 +16,12 @@
 namespace uroce::verbs {
 namespace {
 
+uint32_t random_u32() noexcept {
+  uint32_t r = 0;
+  if (::getrandom(&r, sizeof r, GRND_NONBLOCK) != ssize_t(sizeof r)) r = uint32_t(std::rand());
+  return r;
+}
+
 // The range must be mapped (verbs pins it; we at least check it exists):
 // madvise(MADV_NORMAL) fails with ENOMEM on any unmapped page.
 bool range_mapped(uint64_t addr, uint64_t length) noexcept {
@@ -113,7 +119,9 @@ MrTable& MrTable::instance() {
   return *table;
 }
 
-MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret) : slot_(slot), cipher_(secret) {}
+MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret) : slot_(slot), cipher_(secret) {
+  first_index_ = 1 + random_u32() % (kMaxMrs - 1);
+}
 
 Status MrTable::check_region(uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
   if (access & ~access::kKnown) return err::inval("access flags 0x" + std::to_string(access) + " hold unknown bits");
@@ -137,8 +145,8 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
     // Never-used indices first, then the one freed longest ago: a key (index
     // + 5-bit generation) comes back only after the whole table has cycled
     // 32 times, not after 32 reg/dereg pairs of one MR.
-    if (next_index_ < kMaxMrs) {
-      index = next_index_++;
+    if (fresh_ < kMaxMrs - 1) {
+      index = 1 + (first_index_ - 1 + fresh_++) % (kMaxMrs - 1);
     } else if (!free_.empty()) {
       index = free_.back();
       free_.pop_back();
@@ -146,7 +154,14 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
       return err::nomem("memory region table full (" + std::to_string(kMaxMrs - 1) + " MRs)");
     }
     auto& chunk = chunks_[index / kChunk];
-    if (!chunk.load(std::memory_order_relaxed)) chunk.store(new Entry[kChunk], std::memory_order_release);
+    if (!chunk.load(std::memory_order_relaxed)) {
+      Entry* fresh = new Entry[kChunk];
+      std::array<uint8_t, kChunk> gens{};
+      if (::getrandom(gens.data(), gens.size(), GRND_NONBLOCK) != ssize_t(gens.size()))
+        for (auto& g : gens) g = uint8_t(std::rand());
+      for (uint32_t i = 0; i < kChunk; ++i) fresh[i].gen = uint8_t(gens[i] & KeyCipher::kGenMask);
+      chunk.store(fresh, std::memory_order_release);
+    }
     ++live_;
   }
   Entry& e = chunks_[index / kChunk].load(std::memory_order_acquire)[index % kChunk];

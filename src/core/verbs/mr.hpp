@@ -108,7 +108,11 @@ class MrTable {
   std::array<std::atomic<Entry*>, kMaxMrs / kChunk> chunks_{};
   std::mutex mu_;               // allocation of indices
   std::vector<uint32_t> free_;  // freed indices, reused oldest first once no fresh one is left
-  uint32_t next_index_ = 1;     // index 0 is never used
+  // Fresh indices go round the table from a random start, and each entry's
+  // generation starts random: the keys of a process differ from those of the
+  // last process that held the same registry slot.
+  uint32_t first_index_ = 1;  // index 0 is never used
+  uint32_t fresh_ = 0;        // how many fresh indices have been handed out
   size_t live_ = 0;
 };
 
