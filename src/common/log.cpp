@@ -10,7 +10,9 @@ namespace {
 
 Level from_env() noexcept {
   const char* v = std::getenv("UROCE_LOG");
-  if (!v) return Level::off;
+  // Unset: only errors, the reasons uroce refuses to open a device (a port
+  // or directory another user holds), which a program would not print.
+  if (!v) return Level::error;
   static constexpr const char* names[] = {"off", "error", "warn", "info", "debug", "trace"};
   for (int i = 0; i < 6; ++i)
     if (std::strcmp(v, names[i]) == 0) return static_cast<Level>(i);

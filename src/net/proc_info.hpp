@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
+
+#include "common/ip_addr.hpp"
 
 namespace uroce::net {
 
@@ -20,5 +23,11 @@ std::optional<ProcStat> proc_stat(pid_t pid) noexcept;
 // Inode of one of the calling thread's namespaces ("net", "pid"), from
 // /proc/thread-self/ns/<kind> (else /proc/self/ns/<kind>); 0 without /proc.
 uint64_t ns_inode(const char* kind) noexcept;
+
+// The uids owning the UDP sockets of our network namespace (/proc/net/udp
+// and udp6) that are bound to `port` on `addr`, on the unspecified address,
+// or (IPv6 sockets) on the v4-mapped form of `addr`: those that keep us from
+// binding it.  Empty if there are none or /proc cannot be read.
+std::vector<uid_t> udp_port_holders(const IpAddr& addr, uint16_t port);
 
 }  // namespace uroce::net

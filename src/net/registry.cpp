@@ -16,6 +16,7 @@
 #include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
 #include "net/registry_layout.hpp"
+#include "net/runtime_dir.hpp"
 #include "net/unique_fd.hpp"
 
 namespace uroce::net {
@@ -95,17 +96,21 @@ Singleton& singleton() {
 
 }  // namespace
 
-std::string HostRegistry::default_path() {
+Result<std::string> HostRegistry::default_path() {
   const char* env = std::getenv("UROCE_REGISTRY");
-  if (env && *env) return env;
-  return "/dev/shm/uroce-" + std::to_string(::geteuid()) + ".registry";
+  if (env && *env) return std::string(env);
+  auto dir = runtime_dir();
+  if (!dir) return dir.status();
+  return *dir + "/registry";
 }
 
 Result<std::shared_ptr<HostRegistry>> HostRegistry::instance() {
   Singleton& s = singleton();
   std::lock_guard lk(s.mu);
   if (s.reg && s.reg->pid_ == ::getpid()) return s.reg;
-  auto r = open(default_path());
+  auto path = default_path();
+  if (!path) return path.status();
+  auto r = open(*path);
   if (!r) return r.status();
   s.reg = *r;
   static const bool registered = std::atexit([] {

@@ -1,8 +1,8 @@
 // HostRegistry: the host-wide table through which the uroce processes of one
 // user coordinate without a daemon.
 //
-// A file (default /dev/shm/uroce-<uid>.registry, or $UROCE_REGISTRY), mode
-// 0600, mapped MAP_SHARED by every process.  It holds
+// A file (default <runtime_dir()>/registry, or $UROCE_REGISTRY), mode 0600, mapped MAP_SHARED by every process.  It
+// holds
 //  - a 16-byte random secret, made once by whichever process creates the file
 //    (under flock, so creation is race-free);
 //  - 1024 slots, 1..1023 handed out: each process claims one by a
@@ -48,8 +48,9 @@ class HostRegistry {
   // forked child gets its own (with its own slot) on its first call.  Its
   // slot is released at exit.
   static Result<std::shared_ptr<HostRegistry>> instance();
-  // $UROCE_REGISTRY if set and non-empty, else /dev/shm/uroce-<uid>.registry.
-  static std::string default_path();
+  // $UROCE_REGISTRY if set and non-empty, else <runtime_dir()>/registry (an
+  // error if that directory is not ours alone: see runtime_dir.hpp).
+  static Result<std::string> default_path();
   // Opens (creating if needed) the registry at `path` and claims a slot: each
   // call claims another one.  Mainly for tests; the NIC uses instance().
   static Result<std::shared_ptr<HostRegistry>> open(const std::string& path);

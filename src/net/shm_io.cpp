@@ -40,7 +40,13 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
   if (!udp) return err::inval("ShmIo needs a UdpIo to wrap");
   std::unique_ptr<ShmIo> io(new ShmIo());
   io->cfg_ = cfg;
-  io->dir_ = cfg.dir.empty() ? shm_dir() : cfg.dir;
+  if (cfg.dir.empty()) {
+    auto dir = shm_dir();
+    if (!dir) return dir.status();
+    io->dir_ = *dir;
+  } else {
+    io->dir_ = cfg.dir;
+  }
   const Endpoint local = udp->local();
   io->use_shm_ = !local.addr.is_unspecified();
   if (io->use_shm_) {

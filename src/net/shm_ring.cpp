@@ -19,6 +19,7 @@
 #include "common/log.hpp"
 #include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
+#include "net/runtime_dir.hpp"
 #include "net/unique_fd.hpp"
 
 namespace uroce::net {
@@ -63,9 +64,10 @@ bool read_header(int fd, const struct stat& st, Header& h) {
 
 }  // namespace
 
-std::string shm_dir() {
+Result<std::string> shm_dir() {
   const char* d = std::getenv("UROCE_SHM_DIR");
-  return d && *d ? d : "/dev/shm";
+  if (d && *d) return std::string(d);
+  return runtime_dir();
 }
 
 std::string shm_ring_path(const std::string& dir, const Endpoint& ep) {

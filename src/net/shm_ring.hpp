@@ -104,8 +104,9 @@ constexpr pid_t pid_of(uint64_t w) { return pid_t(w & kPidMask); }
 
 }  // namespace shm
 
-// Where ring files live: $UROCE_SHM_DIR if set and non-empty, else /dev/shm.
-std::string shm_dir();
+// Where ring files live: $UROCE_SHM_DIR if set and non-empty, else
+// runtime_dir() (an error if that is not ours alone).
+Result<std::string> shm_dir();
 // The ring file of the NIC receiving on `ep` in our network namespace.
 std::string shm_ring_path(const std::string& dir, const Endpoint& ep);
 

@@ -18,6 +18,7 @@
 
 #include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
+#include "net/runtime_dir.hpp"
 #include "net/unique_fd.hpp"
 
 namespace uroce::net {
@@ -69,9 +70,10 @@ uint64_t realtime_ns() {
 
 }  // namespace
 
-std::string stats_dir() {
+Result<std::string> stats_dir() {
   const char* d = std::getenv("UROCE_STATS_DIR");
-  return d && *d ? d : "/dev/shm";
+  if (d && *d) return std::string(d);
+  return runtime_dir();
 }
 
 bool stats_enabled() {
@@ -86,7 +88,9 @@ Result<std::unique_ptr<StatsPublisher>> StatsPublisher::create(const Identity& i
   static std::once_flag swept;
   std::call_once(swept, [] { (void)read_published_stats(std::nullopt); });
   const auto me = proc_stat(0);
-  const std::string base = stats_dir() + "/" + prefix() + std::to_string(::getpid()) + "-" + sanitize(id.device);
+  auto dir = stats_dir();
+  if (!dir) return dir.status();
+  const std::string base = *dir + "/" + prefix() + std::to_string(::getpid()) + "-" + sanitize(id.device);
   std::string path;
   {
     std::lock_guard g(g_mu);
@@ -214,7 +218,9 @@ std::optional<StatsSnapshot> read_one(const std::string& path, bool& dead) {
 }  // namespace
 
 Result<std::vector<StatsSnapshot>> read_published_stats(std::optional<pid_t> pid) {
-  const std::string dir = stats_dir();
+  auto where = stats_dir();
+  if (!where) return where.status();
+  const std::string dir = *where;
   DIR* d = ::opendir(dir.c_str());
   if (!d) return err::from_errno(errno, "stats directory " + dir + ": " + std::strerror(errno));
   const std::string pre = prefix();

@@ -51,8 +51,9 @@ struct Header {
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 }  // namespace stats_file
 
-// The directory stats files live in (UROCE_STATS_DIR, default /dev/shm).
-std::string stats_dir();
+// The directory stats files live in: UROCE_STATS_DIR, default runtime_dir()
+// (an error if that is not ours alone).
+Result<std::string> stats_dir();
 // False if UROCE_STATS=0.
 bool stats_enabled();
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -15,6 +16,7 @@
 
 #include "common/log.hpp"
 #include "net/doorbell.hpp"
+#include "net/proc_info.hpp"
 
 namespace uroce::net {
 namespace {
@@ -46,6 +48,22 @@ struct FreeDeleter {
 
 // "bind 127.0.0.1:4791: Address already in use"; pass errno as it was.
 Status sys_error(int e, const std::string& what) { return err::from_errno(e, what + ": " + std::strerror(e)); }
+
+// A port held by another user's socket is theirs: moving to another port
+// would leave remote peers talking to them (and them answering as us).
+// Only our own processes' sockets (several uroce processes of one user on
+// one address) send us to another port.
+Status not_held_by_others(const Endpoint& want) {
+  for (uid_t uid : udp_port_holders(want.addr, want.port)) {
+    if (uid == ::geteuid()) continue;
+    return err::from_errno(EADDRINUSE, "bind " + want.to_string() +
+                                           ": the port is held by a socket of another user (uid " +
+                                           std::to_string(uid) +
+                                           "); uroce will not move to another port, where its peers would not find it: "
+                                           "free the port, or choose another with UROCE_PORT");
+  }
+  return {};
+}
 
 Status set_int(int fd, int level, int name, int value, const char* what) {
   if (::setsockopt(fd, level, name, &value, sizeof value) != 0) {
@@ -150,6 +168,7 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   Endpoint want{cfg.local, cfg.port};
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), want.to_sockaddr(ss)) != 0) {
     const int e = errno;
+    if (e == EADDRINUSE && cfg.port != 0) UROCE_TRY(not_held_by_others(want));
     if (e != EADDRINUSE || !cfg.port_fallback || cfg.port == 0) return sys_error(e, "bind " + want.to_string());
     Endpoint any{cfg.local, 0};
     if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), any.to_sockaddr(ss)) != 0) {

@@ -26,6 +26,7 @@
 
 #include "net/proc_info.hpp"
 #include "net/registry_layout.hpp"
+#include "net/runtime_dir.hpp"
 #include "net/unique_fd.hpp"
 
 namespace uroce::net {
@@ -465,7 +466,7 @@ TEST_F(Registry, FileMustBeOursAndPrivate) {
 
 TEST_F(Registry, InstanceIsPerProcess) {
   ::setenv("UROCE_REGISTRY", path_.c_str(), 1);
-  EXPECT_EQ(HostRegistry::default_path(), path_);
+  EXPECT_EQ(HostRegistry::default_path().value(), path_);
   auto a = HostRegistry::instance(), b = HostRegistry::instance();
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().to_string();
   EXPECT_EQ(a->get(), b->get());
@@ -486,7 +487,7 @@ TEST_F(Registry, InstanceIsPerProcess) {
   EXPECT_EQ(raw_owner(path_, kid_slot), 0u);
   EXPECT_TRUE((*a)->alive((*a)->slot()));  // the parent's slot survived the child's exit
   ::unsetenv("UROCE_REGISTRY");
-  EXPECT_EQ(HostRegistry::default_path(), "/dev/shm/uroce-" + std::to_string(::geteuid()) + ".registry");
+  EXPECT_EQ(HostRegistry::default_path().value(), runtime_dir().value() + "/registry");
 }
 
 }  // namespace

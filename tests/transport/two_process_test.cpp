@@ -36,7 +36,7 @@ enum class Between { udp, shm };
 // Every packet the NIC of `e` received came through its ring (none by UDP).
 // Returns how many it received; 0 on a mismatch.
 uint64_t all_through_ring(const End& e) {
-  auto ring = net::ShmRing::attach(net::shm_ring_path(net::shm_dir(), e.ctx->nic().local()));
+  auto ring = net::ShmRing::attach(net::shm_ring_path(net::shm_dir().value(), e.ctx->nic().local()));
   if (!ring.ok()) return 0;
   std::lock_guard g(e.ctx->nic().mu());
   const Counters c = e.ctx->nic().snapshot();

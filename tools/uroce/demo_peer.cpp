@@ -78,7 +78,7 @@ int run_passive(const Options& o) {
   say("passive", "pid %d: device %s speaks RoCEv2 on %s", int(::getpid()), ctx->name().c_str(), ep.to_string().c_str());
   if (ep.port != 4791) {
     say("passive", "  (UDP 4791 is taken by the active process: peers on this host find");
-    say("passive", "   port %u through the host registry in /dev/shm)", ep.port);
+    say("passive", "   port %u through the host registry)", ep.port);
   }
   say("passive", "registered %s at %s for REMOTE WRITE, READ and ATOMIC: rkey %s",
       std::to_string(buf.size).append(" bytes").c_str(), hex(mr->addr()).c_str(), hex(mr->rkey(), 8).c_str());

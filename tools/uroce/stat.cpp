@@ -132,7 +132,8 @@ Command add_stat(CLI::App& root) {
       ->expected(0, 1)
       ->default_str("1");
   c.app->footer(
-      "Each uroce NIC writes its counters to a shared-memory file (UROCE_STATS_DIR, default /dev/shm) at\n"
+      "Each uroce NIC writes its counters to a shared-memory file (UROCE_STATS_DIR, default the user's runtime "
+      "directory) at\n"
       "most 100 ms after they change; UROCE_STATS=0 turns that off.  docs/counters.md explains them.");
   c.run = [o] {
     Options opt = *o;

@@ -110,12 +110,15 @@ Nic::Nic(const NicConfig& cfg) : cfg_(cfg) {
 }
 
 Status Nic::open_io(const IoFactory* factory) {
+  // Without the registry, QP numbers and keys could collide with another
+  // process's and same-host peers could not find us: refuse rather than run
+  // half-working (and say why: usually a directory someone else made).
   auto reg = net::HostRegistry::instance();
-  if (reg.ok()) {
-    registry_ = *reg;
-  } else {
-    UROCE_LOG(warn, "host registry unavailable: %s", reg.status().to_string().c_str());
+  if (!reg.ok()) {
+    UROCE_LOG(error, "host registry unavailable: %s", reg.status().to_string().c_str());
+    return reg.status();
   }
+  registry_ = *reg;
   qps_ = std::make_unique<QpTable>(registry_ ? registry_->slot() : 0);
   ports_ = PeerPorts(registry_);
   if (factory) {
@@ -130,7 +133,10 @@ Status Nic::open_io(const IoFactory* factory) {
     const char* gso = std::getenv("UROCE_GSO");
     ucfg.gso = !(gso && std::string_view(gso) == "0");
     auto io = net::UdpIo::open(ucfg);
-    if (!io.ok()) return io.status();
+    if (!io.ok()) {
+      UROCE_LOG(error, "device %s: %s", cfg_.name.c_str(), io.status().to_string().c_str());
+      return io.status();
+    }
     io_ = net::ShmIo::wrap_if_enabled(std::move(*io));  // UROCE_SHM=1: same-host peers through shared memory
   }
   // Fault injection: the device's own configuration, else UROCE_FAULTS.
