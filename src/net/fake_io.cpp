@@ -9,6 +9,8 @@
 #include <deque>
 #include <string>
 
+#include "common/fault_guard.hpp"
+
 namespace uroce::net {
 
 // An attached endpoint's receive side.
@@ -65,8 +67,13 @@ void FakeNetwork::send(const Endpoint& src, std::span<const TxPacket> pkts) {
   std::lock_guard lk(mu_);
   for (const TxPacket& t : pkts) {
     FakePacket p{src, t.dst, t.tos, {}};
-    p.data.reserve(t.size());
-    for (auto part : {t.head, t.body, t.tail}) p.data.insert(p.data.end(), part.begin(), part.end());
+    p.data.resize(t.size());
+    if (!t.head.empty()) std::memcpy(p.data.data(), t.head.data(), t.head.size());
+    // The body may be application memory that went away: the packet is lost.
+    if (!t.body.empty() &&
+        !fault_guard::copy(p.data.data() + t.head.size(), t.body.data(), t.body.size(), t.body.data()))
+      continue;
+    if (!t.tail.empty()) std::memcpy(p.data.data() + t.head.size() + t.body.size(), t.tail.data(), t.tail.size());
     ++stats_.sent;
     if (recording_) recorded_.push_back(p);
     if (filter_ && !filter_(p)) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/fault_guard.hpp"
 #include "common/log.hpp"
 #include "wire/opcode.hpp"
 
@@ -46,14 +47,16 @@ uint8_t first_byte(const TxPacket& p) noexcept {
   return p.tail.empty() ? 0 : p.tail[0];
 }
 
-void flatten(const TxPacket& p, std::vector<uint8_t>& out) {
+// False if the body (application memory) is gone: the packet is lost.
+bool flatten(const TxPacket& p, std::vector<uint8_t>& out) {
   out.resize(p.size());
   uint8_t* d = out.data();
   if (!p.head.empty()) std::memcpy(d, p.head.data(), p.head.size());
   d += p.head.size();
-  if (!p.body.empty()) std::memcpy(d, p.body.data(), p.body.size());
+  if (!p.body.empty() && !fault_guard::copy(d, p.body.data(), p.body.size(), p.body.data())) return false;
   d += p.body.size();
   if (!p.tail.empty()) std::memcpy(d, p.tail.data(), p.tail.size());
+  return true;
 }
 
 }  // namespace
@@ -225,7 +228,7 @@ void FaultIo::tx_one(const TxPacket& in, Clock::time_point now) noexcept {
   if (f.drop) return;
   if (f.corrupt) {  // a copy: never the application's memory
     std::vector<uint8_t>& b = tx_buf();
-    flatten(in, b);
+    if (!flatten(in, b)) return;
     b[f.corrupt_pos] ^= f.corrupt_xor;
     p.head = b;
     p.body = {};
@@ -238,7 +241,7 @@ void FaultIo::tx_one(const TxPacket& in, Clock::time_point now) noexcept {
   if (f.reorder || f.delay) {
     HeldTx h;
     h.data = take_buf();
-    flatten(p, h.data);
+    if (!flatten(p, h.data)) return;
     h.dst = p.dst;
     h.tos = p.tos;
     if (f.reorder) {

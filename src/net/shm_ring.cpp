@@ -16,6 +16,7 @@
 #include <mutex>
 #include <new>
 
+#include "common/fault_guard.hpp"
 #include "common/log.hpp"
 #include "common/own_mappings.hpp"
 #include "net/proc_info.hpp"
@@ -298,7 +299,13 @@ ShmRing::Put ShmRing::put(const ShmMeta& m, std::span<const uint8_t> head, std::
   s.ttl = m.ttl;
   uint8_t* p = payload_at(pos);
   if (!head.empty()) std::memcpy(p, head.data(), head.size());
-  if (!body.empty()) std::memcpy(p + head.size(), body.data(), body.size());
+  // The body may be application memory, unmapped since the packet was
+  // built: the slot then goes out empty (the receiver drops it as
+  // malformed), as a NIC's DMA read error loses the packet.
+  if (!body.empty() && !fault_guard::copy(p + head.size(), body.data(), body.size(), body.data())) {
+    s.len = 0;
+    return put_commit(pos);
+  }
   if (!tail.empty()) std::memcpy(p + head.size() + body.size(), tail.data(), tail.size());
   return put_commit(pos);
 }

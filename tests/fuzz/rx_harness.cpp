@@ -188,6 +188,62 @@ Region& region_by(uint8_t sel) {
   }
 }
 
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kCanChangeMemory = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kCanChangeMemory = false;
+#else
+constexpr bool kCanChangeMemory = true;
+#endif
+#else
+constexpr bool kCanChangeMemory = true;
+#endif
+
+uint64_t g_memory_changes = 0;
+
+// Control bit 0x80: what the application does to a region's pages before
+// the packet (see rx_harness.hpp), undone by the returned function.
+struct MemoryChange {
+  Region* r = nullptr;
+  uint8_t* at = nullptr;
+  size_t len = 0;
+  bool unmapped = false;
+};
+
+MemoryChange change_memory(uint8_t c1) {
+  MemoryChange ch;
+  if (!kCanChangeMemory) return ch;
+  ch.r = (c1 & 0x04) ? &g->recv : &region_by(c1);
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const unsigned what = (c1 >> 5) & 3;
+  ch.at = what == 3 ? ch.r->p : ch.r->p + ((c1 >> 3) & 3) * page;
+  ch.len = what == 3 ? kRegion : page;
+  int rc = 0;
+  switch (what) {
+    case 1: rc = ::mprotect(ch.at, ch.len, PROT_READ); break;
+    case 2:
+      rc = ::munmap(ch.at, ch.len);
+      ch.unmapped = true;
+      break;
+    default: rc = ::mprotect(ch.at, ch.len, PROT_NONE); break;
+  }
+  if (rc != 0) die("changing a region's memory");
+  ++g_memory_changes;
+  return ch;
+}
+
+void restore_memory(const MemoryChange& ch) {
+  if (!ch.r) return;
+  if (ch.unmapped) {
+    void* p = ::mmap(ch.at, ch.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (p != ch.at) die("mapping a region's page back");
+    std::memcpy(ch.at, ch.r->snapshot.data() + (ch.at - ch.r->p), ch.len);
+  } else if (::mprotect(ch.at, ch.len, PROT_READ | PROT_WRITE) != 0) {
+    die("re-protecting a region's pages");
+  }
+}
+
 }  // namespace
 
 void init() {
@@ -236,6 +292,7 @@ void one_input(const uint8_t* data, size_t size) {
   replenish(*g->rc, 4);
   replenish(*g->uc, 4);
   replenish(*g->ud, 4);
+  const MemoryChange changed = (c0 & 0x80) ? change_memory(c1) : MemoryChange{};
   net::FakePacket fp;
   fp.src = {src, 4791};
   fp.dst = {kVictim, 4791};
@@ -249,6 +306,7 @@ void one_input(const uint8_t* data, size_t size) {
     nic.pump();  // READ responses, ACKs: gathered from the regions
     nic.flush_acks();
   }
+  restore_memory(changed);
   // Whatever completed (receives, errors) is not needed; QPs in error are
   // brought back so later inputs reach them.
   Wc wc[32];
@@ -274,7 +332,7 @@ std::string counters() {
   c.for_each([&](const char* n, uint64_t v) {
     if (v) out += std::string(out.empty() ? "" : " ") + n + "=" + std::to_string(v);
   });
-  return out;
+  return out + " harness_memory_changes=" + std::to_string(g_memory_changes);
 }
 
 }  // namespace uroce::fuzz

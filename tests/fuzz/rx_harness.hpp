@@ -12,7 +12,12 @@
 //   0x10  PSN = the destination's expected PSN + (int8) the packet's PSN low byte
 //   0x20  rkey of the RETH/AtomicETH = a live rkey, chosen by ctl[1] & 3
 //   0x40  virtual address = that region's start + (address mod (length + 128)) - 64
-//   0x80  (unused)
+//   0x80  before the packet, the application changes the memory of a region
+//         as if it unmapped or re-protected it while registered: ctl[1]
+//         bit 2 picks the receive region instead of the one above, bits 3-4
+//         a page of it, bits 5-6 what: 0 PROT_NONE, 1 PROT_READ, 2 unmapped,
+//         3 the whole region PROT_NONE.  Put back (contents included) after
+//         the packet.  Not under TSan, where the fault guard cannot recover.
 // Every region lies between PROT_NONE guard pages (a stray access crashes),
 // and regions the peer may not write are checked unchanged after each input.
 #pragma once
