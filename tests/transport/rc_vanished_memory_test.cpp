@@ -1,6 +1,10 @@
 // Registered memory that the application unmapped or re-protected while it
-// was registered (issue 11, row 2): a NIC would keep the pinned pages;
-// uroce pins nothing, and must neither crash nor move a byte elsewhere.
+// was registered (issue 11, rows 2 and 3): a NIC would keep the pinned
+// pages; uroce pins nothing, and must neither crash nor move a byte
+// elsewhere -- nor reach what is mapped at the address next.  Unmapped
+// pages are noticed through userfaultfd where the kernel allows it (the
+// region is then refused outright: resp_unmapped_regions), else by the
+// fault guard at the access (resp_memory_faults).
 // Each access becomes the error completion a failed access gets: a peer's
 // WRITE or atomic REM_ACCESS_ERR (the responder's QP in ERR, IBA class C),
 // a SEND into such a receive buffer LOC_PROT_ERR at the receiver and
@@ -10,6 +14,7 @@
 
 #include "common/fault_guard.hpp"
 #include "loopback.hpp"
+#include "verbs/unmap_watch.hpp"
 
 namespace uroce::test {
 namespace {
@@ -29,10 +34,23 @@ struct Doomed {
     mr = reg_mr(pd, p, 2 * kPage, acc);
   }
   void take(Gone how) {
-    if (how == Gone::unmapped)
+    if (how == Gone::unmapped) {
       ASSERT_EQ(::munmap(p, 2 * kPage), 0);
-    else
+      ASSERT_TRUE(noticed()) << "a watched region was not marked gone";
+    } else {
       ASSERT_EQ(::mprotect(p, 2 * kPage, how == Gone::read_only ? PROT_READ : PROT_NONE), 0);
+    }
+  }
+  // munmap returns once the watch read the event; its thread marks the
+  // region a moment later.
+  bool noticed() const {
+    if (!mr->watched()) return true;
+    for (int i = 0; i < 1000 && !mr->gone(); ++i) ::usleep(1000);
+    return mr->gone();
+  }
+  // The counter the refusal of an access to the region raised.
+  uint64_t refusals(const Counters& c, Gone how) const {
+    return how == Gone::unmapped && mr->watched() ? c.resp_unmapped_regions : c.resp_memory_faults;
   }
   ~Doomed() {
     mr.reset();
@@ -74,8 +92,10 @@ TEST_P(VanishedMemory, PeerWriteAndAtomicAreAccessErrors) {
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, WcStatus::rem_access_err) << (op == WrOpcode::rdma_write ? "WRITE" : "atomic");
     EXPECT_EQ(p.b.qp->query().qp_state, QpState::err);
-    EXPECT_EQ(p.b.counters().resp_memory_faults, 1u);
-    EXPECT_GT(fault_guard::recovered(), recovered);
+    EXPECT_EQ(d.refusals(p.b.counters(), GetParam()), 1u);
+    if (GetParam() != Gone::unmapped || !d.mr->watched()) {
+      EXPECT_GT(fault_guard::recovered(), recovered);
+    }
     if (GetParam() == Gone::read_only) {
       for (size_t i = 0; i < 2 * kPage; ++i) ASSERT_EQ(d.p[i], 0x5c) << "byte " << i << " changed";
     }
@@ -161,9 +181,130 @@ TEST_P(VanishedMemory, SendAndReadFromVanishedMemory) {
     auto sc = poll_n(*p.a.scq, 1);
     ASSERT_EQ(sc.size(), 1u);
     EXPECT_EQ(sc[0].status, WcStatus::rem_access_err);
-    EXPECT_EQ(p.b.counters().resp_memory_faults, 1u);
+    EXPECT_EQ(d.refusals(p.b.counters(), GetParam()), 1u);
     EXPECT_EQ(p.b.qp->query().qp_state, QpState::err);
   }
+}
+
+// Row 3: the application unmaps a registered buffer and something else is
+// mapped at the same address.  A NIC would still reach the old, pinned
+// pages; uroce, which cannot, refuses the region: a peer's READ through
+// the old rkey never returns the new mapping's bytes, its WRITE never
+// lands there, and a local SEND from it fails.
+TEST(RemappedMemory, OldKeysNeverReachTheNewMapping) {
+  if (!verbs::UnmapWatch::instance().available())
+    GTEST_SKIP() << "no userfaultfd here: only the fault guard protects unmapped regions";
+  Pair p;
+  Doomed d(*p.b.pd, kAll);
+  ASSERT_TRUE(d.mr);
+  ASSERT_TRUE(d.mr->watched());
+  Doomed local(*p.a.pd, access::kLocalWrite);
+  ASSERT_TRUE(local.mr);
+  // Both regions go away; new memory holding a secret takes each address.
+  for (Doomed* r : {&d, &local}) {
+    ASSERT_EQ(::munmap(r->p, 2 * kPage), 0);
+    void* q = ::mmap(r->p, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ASSERT_EQ(q, static_cast<void*>(r->p));
+    std::memset(r->p, 0xe7, 2 * kPage);
+    ASSERT_TRUE(r->noticed());
+  }
+  uint8_t* into = p.a.buf.data();
+  std::memset(into, 0, 6000);
+  Sge s = p.a.sge(0, 6000);
+  SendWr wr;
+  wr.wr_id = 31;
+  wr.opcode = WrOpcode::rdma_read;
+  wr.send_flags = send_flags::kSignaled;
+  wr.sg_list = {&s, 1};
+  wr.remote_addr = d.addr();
+  wr.rkey = d.mr->rkey();
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::rem_access_err);
+  for (size_t i = 0; i < 6000; ++i) ASSERT_EQ(into[i], 0) << "byte " << i << " of the new mapping was read";
+  EXPECT_EQ(p.b.counters().resp_unmapped_regions, 1u);
+  EXPECT_EQ(p.b.qp->query().qp_state, QpState::err);
+
+  // (Pairs of one test share their NICs: the counters go on from above.)
+  Pair q;
+  const uint64_t before = q.b.counters().resp_unmapped_regions;
+  Doomed d2(*q.b.pd, kAll);
+  ASSERT_TRUE(d2.mr);
+  ASSERT_EQ(::munmap(d2.p, 2 * kPage), 0);
+  ASSERT_EQ(::mmap(d2.p, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0),
+            static_cast<void*>(d2.p));
+  std::memset(d2.p, 0xe7, 2 * kPage);
+  ASSERT_TRUE(d2.noticed());
+  Sge w = q.a.sge(0, 3000);
+  wr.wr_id = 32;
+  wr.opcode = WrOpcode::rdma_write;
+  wr.sg_list = {&w, 1};
+  wr.remote_addr = d2.addr() + 100;
+  wr.rkey = d2.mr->rkey();
+  ASSERT_TRUE(post_send(*q.a.qp, wr).ok());
+  auto wc = poll_n(*q.a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
+  for (size_t i = 0; i < 2 * kPage; ++i) ASSERT_EQ(d2.p[i], 0xe7) << "byte " << i << " of the new mapping written";
+  EXPECT_EQ(q.b.counters().resp_unmapped_regions, before + 1);
+
+  // A SEND from the re-mapped local buffer (zero copy, one SGE).
+  Pair r;
+  Doomed l2(*r.a.pd, access::kLocalWrite);
+  ASSERT_TRUE(l2.mr);
+  ASSERT_TRUE(post_recv(*r.b.qp, 1, {r.b.sge(0, 8192)}).ok());
+  ASSERT_EQ(::munmap(l2.p, 2 * kPage), 0);
+  ASSERT_EQ(::mmap(l2.p, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0),
+            static_cast<void*>(l2.p));
+  std::memset(l2.p, 0xe7, 2 * kPage);
+  ASSERT_TRUE(l2.noticed());
+  Sge ls{l2.addr(), 5000, l2.mr->lkey()};
+  wr.wr_id = 33;
+  wr.opcode = WrOpcode::send;
+  wr.sg_list = {&ls, 1};
+  ASSERT_TRUE(post_send(*r.a.qp, wr).ok());
+  auto lc = poll_n(*r.a.scq, 1);
+  ASSERT_EQ(lc.size(), 1u);
+  EXPECT_EQ(lc[0].status, WcStatus::loc_prot_err);
+}
+
+// A region deregistered before its memory is unmapped: the watch lets go of
+// the pages (munmap does not wait on uroce), and a region registered again
+// over new memory at the same address works.
+TEST(RemappedMemory, DeregisteredThenUnmappedThenRegisteredAgainWorks) {
+  if (!verbs::UnmapWatch::instance().available()) GTEST_SKIP() << "no userfaultfd here";
+  Pair p;
+  auto* m =
+      static_cast<uint8_t*>(::mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  auto first = reg_mr(*p.b.pd, m, 2 * kPage, kAll);
+  ASSERT_TRUE(first && first->watched());
+  first.reset();
+  ASSERT_EQ(::munmap(m, 2 * kPage), 0);
+  ASSERT_EQ(::mmap(m, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0),
+            static_cast<void*>(m));
+  std::memset(m, 0x3c, 2 * kPage);
+  auto again = reg_mr(*p.b.pd, m, 2 * kPage, kAll);
+  ASSERT_TRUE(again);
+  ::usleep(20000);  // an UNMAP event, had one been queued, would have been handled
+  EXPECT_FALSE(again->gone());
+  Sge s = p.a.sge(0, 4000);
+  SendWr wr;
+  wr.wr_id = 41;
+  wr.opcode = WrOpcode::rdma_read;
+  wr.send_flags = send_flags::kSignaled;
+  wr.sg_list = {&s, 1};
+  wr.remote_addr = uint64_t(uintptr_t(m));
+  wr.rkey = again->rkey();
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  EXPECT_EQ(p.a.buf[0], 0x3c);
+  EXPECT_EQ(p.a.buf[3999], 0x3c);
+  again.reset();
+  ::munmap(m, 2 * kPage);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gone, VanishedMemory, ::testing::Values(Gone::unmapped, Gone::read_only, Gone::no_access),

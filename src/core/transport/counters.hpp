@@ -22,7 +22,7 @@ namespace uroce::transport {
   X(ud_qkey_drops) X(ud_no_recv_drops) X(ud_len_errors) X(cq_overflows) X(completions) \
   X(resp_dup_unmatched) X(resp_rkey_errors) X(resp_pd_errors) X(resp_rights_errors) \
   X(resp_bounds_errors) X(resp_misaligned_atomics) X(resp_rd_atomic_limit) \
-  X(resp_opcode_seq_errors) X(resp_len_errors) X(resp_seq_naks_repeated) X(resp_qp_errors) X(resp_memory_faults) X(rx_kernel_drops) \
+  X(resp_opcode_seq_errors) X(resp_len_errors) X(resp_seq_naks_repeated) X(resp_qp_errors) X(resp_memory_faults) X(resp_unmapped_regions) X(rx_kernel_drops) \
   X(fault_tx_dropped) X(fault_tx_duplicated) X(fault_tx_reordered) X(fault_tx_delayed) \
   X(fault_tx_corrupted) X(fault_rx_dropped) X(fault_rx_duplicated) X(fault_rx_reordered) \
   X(fault_rx_delayed) X(fault_rx_corrupted) X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) \

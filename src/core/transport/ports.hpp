@@ -24,7 +24,8 @@ class CompletionSink {
 };
 
 // Why a remote access was refused, in the order the checks are made.
-enum class AccessFault : uint8_t { none, key, pd, rights, bounds };
+// `gone`: the region's pages were unmapped while it was registered.
+enum class AccessFault : uint8_t { none, key, pd, rights, gone, bounds };
 
 // Memory the transport may touch: a protection domain and the regions
 // registered in it (verbs::Pd).

@@ -189,6 +189,7 @@ uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint6
     case AccessFault::key: ++c.resp_rkey_errors; break;
     case AccessFault::pd: ++c.resp_pd_errors; break;
     case AccessFault::rights: ++c.resp_rights_errors; break;
+    case AccessFault::gone: ++c.resp_unmapped_regions; break;
     case AccessFault::bounds: ++c.resp_bounds_errors; break;
   }
   return p;

@@ -12,6 +12,7 @@
 #include "verbs/context.hpp"
 #include "verbs/pd.hpp"
 #include "verbs/process_memory.hpp"
+#include "verbs/unmap_watch.hpp"
 
 namespace uroce::verbs {
 namespace {
@@ -78,19 +79,29 @@ Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint
 Status Mr::rereg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
   if (&pd.context() != &pd_->context()) return err::inval("the new PD is of another device");
   if (Status s = MrTable::check_region(addr, length, iova, access); !s.ok()) return s;
+  // The new pages are watched before the region reaches them.
+  const bool watch = !(access & access::kOnDemand) && UnmapWatch::instance().watch(addr, length);
+  const uint64_t old_addr = addr_, old_length = length_;
+  const bool old_watched = watched_;
   {
-    // Under the NIC lock: no packet is using the region while it changes.
+    // Under the NIC lock: no packet is using the region while it changes;
+    // under the table's: its unmap handler is not reading it.
     std::lock_guard g(pd_->context().nic().mu());
+    std::lock_guard t(MrTable::instance().mu_);
     addr_ = addr;
     length_ = length;
     iova_ = iova;
     access_ = access;
+    watched_ = watch;
+    seq_ = MrTable::instance().reg_seq_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    gone_.store(false, std::memory_order_relaxed);
     if (&pd != pd_) {
       pd_->users()--;
       pd.users()++;
       pd_ = &pd;
     }
   }
+  if (old_watched) UnmapWatch::instance().unwatch(old_addr, old_length);
   return {};
 }
 
@@ -121,6 +132,10 @@ MrTable& MrTable::instance() {
 
 MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret) : slot_(slot), cipher_(secret) {
   first_index_ = 1 + random_u32() % (kMaxMrs - 1);
+  UnmapWatch::instance().set_handler([]() noexcept { return MrTable::instance().reg_count(); },
+                                     [](uint64_t lo, uint64_t hi, uint64_t stamp) noexcept {
+                                       return MrTable::instance().mark_unmapped(lo, hi, stamp);
+                                     });
 }
 
 Status MrTable::check_region(uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
@@ -175,17 +190,39 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
   mr->index_ = index;
   mr->lkey_ = cipher_.encode({slot_, index, e.gen, KeyKind::local});
   mr->rkey_ = cipher_.encode({slot_, index, e.gen, KeyKind::remote});
+  // Watched before it is reachable, so that no access can precede it.
+  mr->seq_ = reg_seq_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (!(access & access::kOnDemand)) mr->watched_ = UnmapWatch::instance().watch(addr, length);
   e.mr.store(mr.get(), std::memory_order_release);
   return mr;
 }
 
 void MrTable::dereg(Mr& mr) noexcept {
   Entry& e = chunks_[mr.index_ / kChunk].load(std::memory_order_acquire)[mr.index_ % kChunk];
-  e.mr.store(nullptr, std::memory_order_release);
-  e.gen = uint8_t((e.gen + 1) & KeyCipher::kGenMask);
-  std::lock_guard g(mu_);
-  free_.insert(free_.begin(), mr.index_);  // back() is the one freed longest ago
-  --live_;
+  {
+    // Under mu_: mark_unmapped() reads the region only while holding it.
+    std::lock_guard g(mu_);
+    e.mr.store(nullptr, std::memory_order_release);
+    e.gen = uint8_t((e.gen + 1) & KeyCipher::kGenMask);
+    free_.insert(free_.begin(), mr.index_);  // back() is the one freed longest ago
+    --live_;
+  }
+  if (mr.watched_) UnmapWatch::instance().unwatch(mr.addr_, mr.length_);
+}
+
+bool MrTable::mark_unmapped(uint64_t lo, uint64_t hi, uint64_t stamp) noexcept {
+  std::unique_lock g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return false;
+  for (const auto& c : chunks_) {
+    const Entry* chunk = c.load(std::memory_order_acquire);
+    if (!chunk) continue;
+    for (uint32_t i = 0; i < kChunk; ++i) {
+      const Mr* mr = chunk[i].mr.load(std::memory_order_acquire);
+      if (!mr || !mr->watched_ || mr->seq_ > stamp || mr->addr_ >= hi || mr->addr_ + mr->length_ <= lo) continue;
+      const_cast<Mr*>(mr)->gone_.store(true, std::memory_order_relaxed);
+    }
+  }
+  return true;
 }
 
 const Mr* MrTable::lookup(uint32_t key, KeyKind kind) const noexcept {

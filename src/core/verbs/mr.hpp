@@ -43,6 +43,12 @@ class Mr {
   uint32_t access() const noexcept { return access_; }
   uint32_t lkey() const noexcept { return lkey_; }
   uint32_t rkey() const noexcept { return rkey_; }
+  // The application unmapped (or mremap'ed away) some of the region's pages
+  // while it was registered (see unmap_watch.hpp): every access fails from
+  // then on, whatever is mapped there next.
+  bool gone() const noexcept { return gone_.load(std::memory_order_relaxed); }
+  // Whether unmapping the region's pages is noticed (see unmap_watch.hpp).
+  bool watched() const noexcept { return watched_; }
 
   // Host pointer for [iova_addr, iova_addr + len) if it lies inside the
   // region and `need` access bits are granted, else nullptr.  Overflow-safe.
@@ -52,6 +58,8 @@ class Mr {
   // access error for the peer) instead of a crash when the bytes are moved.
   uint8_t* translate(uint64_t iova_addr, uint64_t len, uint32_t need) const noexcept {
     if ((access_ & need) != need) return nullptr;
+    if (gone()) [[unlikely]]
+      return nullptr;
     if (iova_addr < iova_ || len > length_ || iova_addr - iova_ > length_ - len) return nullptr;
     uint8_t* p = reinterpret_cast<uint8_t*>(addr_ + (iova_addr - iova_));
     if (access_ & access::kOnDemand) [[unlikely]]
@@ -69,6 +77,9 @@ class Mr {
   uint64_t addr_ = 0, length_ = 0, iova_ = 0;
   uint32_t access_ = 0, lkey_ = 0, rkey_ = 0;
   uint32_t index_ = 0;
+  bool watched_ = false;
+  uint64_t seq_ = 0;  // MrTable's count of registrations when this one was made
+  std::atomic<bool> gone_{false};
 };
 
 // Process-wide table of MRs; keys are unique on the host (see keys.hpp).
@@ -86,6 +97,11 @@ class MrTable {
 
   // O(1), lock-free.  Returns nullptr for an unknown/stale key or the wrong kind.
   const Mr* lookup(uint32_t key, KeyKind kind) const noexcept;
+  // Marks the watched regions over [lo, hi) gone (UnmapWatch's handler);
+  // false, without waiting, if the table is busy.
+  // Only regions registered up to `stamp` (reg_count() then) are marked.
+  bool mark_unmapped(uint64_t lo, uint64_t hi, uint64_t stamp) noexcept;
+  uint64_t reg_count() const noexcept { return reg_seq_.load(std::memory_order_acquire); }
 
   uint32_t slot() const noexcept { return slot_; }
   size_t size() const noexcept;
@@ -114,6 +130,7 @@ class MrTable {
   uint32_t first_index_ = 1;  // index 0 is never used
   uint32_t fresh_ = 0;        // how many fresh indices have been handed out
   size_t live_ = 0;
+  std::atomic<uint64_t> reg_seq_{0};
 };
 
 }  // namespace uroce::verbs

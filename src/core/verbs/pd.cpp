@@ -28,6 +28,7 @@ uint8_t* Pd::remote(uint32_t rkey, uint64_t va, uint64_t len, uint32_t need,
   fault = !mr                             ? AccessFault::key
           : mr->pd() != this              ? AccessFault::pd
           : (mr->access() & need) != need ? AccessFault::rights
+          : mr->gone()                    ? AccessFault::gone
                                           : AccessFault::none;
   if (fault != AccessFault::none) return nullptr;
   uint8_t* p = mr->translate(va, len, need);
