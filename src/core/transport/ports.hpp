@@ -49,6 +49,9 @@ class RecvSource {
   // Takes the oldest WQE and copies its SGEs into `sges` (raising the limit
   // event itself when it applies).  False when empty.
   virtual bool take(RecvWqe& out, std::vector<verbs::Sge>& sges) noexcept = 0;
+  // The domain its receive buffers are registered in: the SRQ's own PD,
+  // which may differ from the PD of a QP that takes from it.
+  virtual const MemoryDomain& memory() const noexcept = 0;
 
  protected:
   ~RecvSource() = default;

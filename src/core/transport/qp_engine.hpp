@@ -65,6 +65,9 @@ class QpEngine {
   CompletionSink& recv_cq() const noexcept { return *init_.recv_cq; }
   RecvSource* srq() const noexcept { return init_.srq; }
   const MemoryDomain& mem() const noexcept { return *init_.memory; }
+  // Where receive buffers are looked up: for a QP with an SRQ the SRQ's PD,
+  // in which its WQEs were posted (as a NIC checks them), else the QP's.
+  const MemoryDomain& recv_mem() const noexcept { return init_.srq ? init_.srq->memory() : *init_.memory; }
   QpOwner& owner() const noexcept { return *init_.owner; }
 
   // ---- what verbs::Qp calls ----

@@ -163,6 +163,13 @@ void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus r
     release_recv(qp);
   }
   ++nic.counters().resp_qp_errors;
+  // The affiliated asynchronous event a NIC raises with the QP's move to
+  // ERR: an access violation (a peer's key, or our own receive buffer), an
+  // invalid request, or any other failure.
+  const bool access = code == NakCode::remote_access_error || recv_status == WcStatus::loc_prot_err;
+  qp.owner().async_event(access                             ? verbs::AsyncEventType::qp_access_err
+                         : code == NakCode::invalid_request ? verbs::AsyncEventType::qp_req_err
+                                                            : verbs::AsyncEventType::qp_fatal);
   qp.set_error_state();  // flushes, which drops any queued ACK: NAK after it
   responder_nak(nic, qp, psn, code);
 }
@@ -229,7 +236,7 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::loc_len_err);
     return;
   }
-  if (!scatter(qp.mem(), s.recv_sges, s.recv_off, pkt.payload)) {
+  if (!scatter(qp.recv_mem(), s.recv_sges, s.recv_off, pkt.payload)) {
     fail_request(nic, qp, psn, NakCode::remote_operational_error, WcStatus::loc_prot_err);
     return;
   }

@@ -21,17 +21,27 @@ void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPa
     return;
   }
   ResponderState& s = qp.resp;
+  const uint32_t total = uint32_t(wire::kGrhLen + pkt.payload.size());
+  // A message longer than the receive buffer (GRH included): as rxe does
+  // (IBA class D), dropped with the WQE left in place for the next one;
+  // from an SRQ the WQE was already taken and completes in error.
+  bool too_long = false;
   if (RecvSource* srq = qp.srq()) {
     if (!srq->take(s.recv, s.recv_sges)) {
       ++nic.counters().ud_no_recv_drops;
       return;
     }
+    too_long = total > s.recv.length;
   } else {
     if (qp.rq.empty()) {
       ++nic.counters().ud_no_recv_drops;
       return;
     }
     const uint32_t h = qp.rq.head();
+    if (total > qp.rq.at(h).length) {
+      ++nic.counters().ud_len_errors;
+      return;
+    }
     s.recv = qp.rq.at(h);
     s.recv_sges.assign(qp.rq.sges(h), qp.rq.sges(h) + s.recv.num_sge);
     qp.rq.pop();
@@ -46,15 +56,14 @@ void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPa
   // for RoCE (UCX's ud_verbs reads it there to find the destination address):
   // 1 IPv6, 2 IPv4.  RoCE has no IB service level to report.
   wc.sl = raw.src.addr.is_v4() ? kRoceL3Ipv4 : kRoceL3Ipv6;
-  const uint32_t total = uint32_t(wire::kGrhLen + pkt.payload.size());
   wc.byte_len = total;
   if (pkt.info->flags & wire::op::kImm) {
     wc.wc_flags |= verbs::wc_flags::kWithImm;
     wc.imm_data = pkt.hdr.imm;
   }
-  if (total > s.recv.length) {
+  if (too_long) {
     ++nic.counters().ud_len_errors;
-    wc.status = verbs::WcStatus::loc_len_err;
+    wc.status = verbs::WcStatus::rem_inv_req_err;
   } else {
     wire::IpUdpFields f;
     f.src = raw.src.addr;
@@ -66,7 +75,8 @@ void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPa
     v.ttl = raw.ttl;
     uint8_t grh[wire::kGrhLen];
     wire::write_grh(f, v, raw.data.size(), std::span<uint8_t, wire::kGrhLen>(grh));
-    if (!scatter(qp.mem(), s.recv_sges, 0, grh) || !scatter(qp.mem(), s.recv_sges, wire::kGrhLen, pkt.payload))
+    const MemoryDomain& mem = qp.recv_mem();
+    if (!scatter(mem, s.recv_sges, 0, grh) || !scatter(mem, s.recv_sges, wire::kGrhLen, pkt.payload))
       wc.status = verbs::WcStatus::loc_prot_err;
   }
   nic.deliver(qp.recv_cq(), wc, pkt.hdr.bth.solicited || wc.status != verbs::WcStatus::success);

@@ -61,6 +61,8 @@ SrqAttr Srq::query() const {
   return SrqAttr{q_.max_wr(), q_.max_sge(), limit_};
 }
 
+const transport::MemoryDomain& Srq::memory() const noexcept { return *pd_; }
+
 bool Srq::take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept {
   if (q_.empty()) return false;
   const uint32_t h = q_.head();

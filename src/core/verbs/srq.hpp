@@ -54,6 +54,7 @@ class Srq final : public transport::RecvSource {
   // Takes the oldest WQE; copies its SGEs into `sges`.  Raises the limit
   // event when it applies.  False when empty.
   bool take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept override;
+  const transport::MemoryDomain& memory() const noexcept override;
   bool empty() const noexcept { return q_.empty(); }
 
  private:
