@@ -49,6 +49,17 @@ void ud_send(ibv_qp* from, ibv_ah* ah, uint32_t qpn, ibv_sge s, uint64_t wr_id) 
   ASSERT_EQ(ibv_post_send(from, &wr, &bad), 0);
 }
 
+// The next asynchronous event of `ctx` (within 5 s) is `want` about `qp`.
+void expect_qp_event(ibv_context* ctx, ibv_event_type want, ibv_qp* qp) {
+  pollfd pfd{ctx->async_fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1) << "no " << ibv_event_type_str(want);
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, want) << ibv_event_type_str(ev.event_type);
+  EXPECT_EQ(ev.element.qp, qp);
+  ibv_ack_async_event(&ev);
+}
+
 // Completions of `c` within `ms` milliseconds (none expected).
 std::vector<ibv_wc> quiet(ibv_cq* c, int ms) {
   std::vector<ibv_wc> out;
@@ -146,13 +157,7 @@ TEST_F(Verbs, InvalidRkeyRaisesQpAccessErrorOnTheResponder) {
   EXPECT_EQ(rb[0].wr_id, 5u);
   EXPECT_EQ(rb[0].status, IBV_WC_REM_ACCESS_ERR) << ibv_wc_status_str(rb[0].status);
   for (size_t i = 300000; i < 301000; ++i) ASSERT_EQ(buf_[i], 0x11) << "byte " << i;
-  pollfd pfd{ctx_->async_fd, POLLIN, 0};
-  ASSERT_EQ(::poll(&pfd, 1, 5000), 1);
-  ibv_async_event ev{};
-  ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
-  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR) << ibv_event_type_str(ev.event_type);
-  EXPECT_EQ(ev.element.qp, b);
-  ibv_ack_async_event(&ev);
+  expect_qp_event(ctx_, IBV_EVENT_QP_ACCESS_ERR, b);
   ibv_qp_attr qa{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(b, &qa, IBV_QP_STATE, &qi), 0);
@@ -216,15 +221,8 @@ TEST_F(Verbs, SrqReceiveBuffersAreCheckedAgainstTheSrqsPd) {
   EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
   // A local access violation, then (a QP with an SRQ entering ERR) its
   // last WQE reached.
-  for (ibv_event_type want : {IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_QP_LAST_WQE_REACHED}) {
-    pollfd pfd{ctx_->async_fd, POLLIN, 0};
-    ASSERT_EQ(::poll(&pfd, 1, 5000), 1);
-    ibv_async_event ev{};
-    ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
-    EXPECT_EQ(ev.event_type, want) << ibv_event_type_str(ev.event_type);
-    EXPECT_EQ(ev.element.qp, b);
-    ibv_ack_async_event(&ev);
-  }
+  expect_qp_event(ctx_, IBV_EVENT_QP_ACCESS_ERR, b);
+  expect_qp_event(ctx_, IBV_EVENT_QP_LAST_WQE_REACHED, b);
 
   for (auto it = qps_.rbegin(); it != qps_.rend(); ++it) ASSERT_EQ(ibv_destroy_qp(*it), 0);
   qps_.clear();
