@@ -231,4 +231,163 @@ TEST_F(Verbs, SrqReceiveBuffersAreCheckedAgainstTheSrqsPd) {
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 
+// Issue 17 row 2: what a UD QP cannot execute is posted (ibv_post_send
+// returns 0) and completes in error when the requester reaches it, as on
+// rxe: RDMA WRITE/READ and atomics, or an address handle of another PD,
+// complete LOC_QP_OP_ERR and move the QP to ERR; a SEND above the port MTU
+// leaves no packet and completes successfully (IBA C10-93.1.1).
+TEST_F(Verbs, UdWorkRequestsTheQpCannotExecuteCompleteInError) {
+  ibv_pd* other = ibv_alloc_pd(ctx_);
+  ASSERT_NE(other, nullptr);
+  ibv_ah* ah = ah_to_self(pd_, gid_);
+  ibv_ah* foreign_ah = ah_to_self(other, gid_);
+  ASSERT_NE(ah, nullptr);
+  ASSERT_NE(foreign_ah, nullptr);
+  ibv_cq* rc = cq();
+  ibv_qp* b = qp(IBV_QPT_UD, rc, rc);
+  connect(b, 0);
+  ASSERT_EQ(post_recv(b, 70, 600000, 40 + 8192), 0);
+  const ibv_wr_opcode kOps[] = {IBV_WR_RDMA_WRITE,           IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_READ,
+                                IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP,  IBV_WR_SEND};
+  for (ibv_wr_opcode op : kOps) {
+    SCOPED_TRACE(op);
+    ibv_cq* c = cq();
+    ibv_qp* a = qp(IBV_QPT_UD, c, c);
+    connect(a, 0);
+    ibv_sge s = sge(0, 8);
+    ibv_send_wr wr[2]{};
+    for (int i = 0; i < 2; ++i) {
+      wr[i].wr_id = uint64_t(i + 1);
+      wr[i].sg_list = &s;
+      wr[i].num_sge = 1;
+      wr[i].opcode = IBV_WR_SEND;
+      wr[i].send_flags = IBV_SEND_SIGNALED;
+      wr[i].wr.ud.ah = ah;
+      wr[i].wr.ud.remote_qpn = b->qp_num;
+      wr[i].wr.ud.remote_qkey = 0x11111111;
+    }
+    wr[0].opcode = op;
+    if (op == IBV_WR_SEND) wr[0].wr.ud.ah = foreign_ah;  // the AH of another PD
+    wr[0].next = &wr[1];
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a, wr, &bad), 0);
+    auto sc = poll(c, 2);
+    ASSERT_EQ(sc.size(), 2u);
+    EXPECT_EQ(sc[0].wr_id, 1u);
+    EXPECT_EQ(sc[0].status, IBV_WC_LOC_QP_OP_ERR) << ibv_wc_status_str(sc[0].status);
+    EXPECT_EQ(sc[1].wr_id, 2u);
+    EXPECT_EQ(sc[1].status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(sc[1].status);
+    ibv_qp_attr qa{};
+    ibv_qp_init_attr qi{};
+    ASSERT_EQ(ibv_query_qp(a, &qa, IBV_QP_STATE, &qi), 0);
+    EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
+  }
+  EXPECT_TRUE(quiet(rc, 50).empty()) << "nothing reached the receiver";
+
+  // Above the MTU: nothing sent, no error; the QP goes on.
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  const uint32_t mtu = 128u << pa.active_mtu;
+  ibv_cq* c = cq();
+  ibv_qp* a = qp(IBV_QPT_UD, c, c);
+  connect(a, 0);
+  for (size_t i = 0; i < mtu + 1; ++i) buf_[i] = uint8_t(i * 13);
+  ud_send(a, ah, b->qp_num, sge(0, mtu + 1), 5);
+  auto sc = poll(c, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].wr_id, 5u);
+  EXPECT_EQ(sc[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(sc[0].status);
+  EXPECT_TRUE(quiet(rc, 100).empty()) << "no packet for a message above the MTU";
+  ud_send(a, ah, b->qp_num, sge(0, mtu), 6);
+  auto r = poll(rc, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].wr_id, 70u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(r[0].status);
+  EXPECT_EQ(r[0].byte_len, 40 + mtu);
+  EXPECT_EQ(std::memcmp(buf_.data() + 600000 + 40, buf_.data(), mtu), 0);
+  EXPECT_EQ(poll(c, 1).size(), 1u);
+
+  for (auto it = qps_.rbegin(); it != qps_.rend(); ++it) ASSERT_EQ(ibv_destroy_qp(*it), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  EXPECT_EQ(ibv_destroy_ah(foreign_ah), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
+// Issue 17 row 3: a READ's or an atomic's local key is checked when the
+// response lands, as on a NIC, not at post: the remote side's verdict comes
+// first (a bad rkey REM_ACCESS_ERR, a misaligned atomic REM_INV_REQ_ERR),
+// and an atomic with a good rkey executes at the peer before its bad local
+// buffer fails it with LOC_PROT_ERR.
+TEST_F(Verbs, ReadAndAtomicLocalKeysAreCheckedWhenTheResponseLands) {
+  struct Case {
+    ibv_wr_opcode op;
+    bool good_rkey;
+    uint64_t offset;  // into the peer's region
+    ibv_wc_status want;
+    bool peer_changes;
+  };
+  const Case cases[] = {
+      {IBV_WR_RDMA_READ, false, 400000, IBV_WC_REM_ACCESS_ERR, false},
+      {IBV_WR_RDMA_READ, true, 400000, IBV_WC_LOC_PROT_ERR, false},
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, false, 400000, IBV_WC_REM_ACCESS_ERR, false},
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, true, 400000, IBV_WC_LOC_PROT_ERR, true},
+      {IBV_WR_ATOMIC_CMP_AND_SWP, true, 400000, IBV_WC_LOC_PROT_ERR, true},
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, true, 400004, IBV_WC_REM_INV_REQ_ERR, false},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::to_string(k.op) + (k.good_rkey ? " good rkey" : " bad rkey") + " offset " +
+                 std::to_string(k.offset));
+    ibv_cq* ca = cq();
+    ibv_cq* cb = cq();
+    ibv_qp* a = qp(IBV_QPT_RC, ca, ca);
+    ibv_qp* b = qp(IBV_QPT_RC, cb, cb);
+    connect(a, b->qp_num);
+    connect(b, a->qp_num);
+    const uint64_t start = 0x0102030405060708;
+    std::memcpy(buf_.data() + 400000, &start, 8);
+    std::memcpy(buf_.data() + 400008, &start, 8);
+    std::fill(buf_.begin(), buf_.begin() + 64, 0x3c);
+    ibv_sge s = sge(0, k.op == IBV_WR_RDMA_READ ? 64 : 8);
+    s.lkey = mr_->lkey ^ 0x00400000;
+    ibv_send_wr wr{};
+    wr.wr_id = 21;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = k.op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    const uint32_t rkey = k.good_rkey ? mr_->rkey : mr_->rkey ^ 0x00400000;
+    if (k.op == IBV_WR_RDMA_READ) {
+      wr.wr.rdma.remote_addr = addr(k.offset);
+      wr.wr.rdma.rkey = rkey;
+    } else {
+      wr.wr.atomic.remote_addr = addr(k.offset);
+      wr.wr.atomic.rkey = rkey;
+      wr.wr.atomic.compare_add = k.op == IBV_WR_ATOMIC_CMP_AND_SWP ? start : 5;
+      wr.wr.atomic.swap = 0x1111111111111111;
+    }
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+    auto sa = poll(ca, 1);
+    ASSERT_EQ(sa.size(), 1u);
+    EXPECT_EQ(sa[0].wr_id, 21u);
+    EXPECT_EQ(sa[0].status, k.want) << ibv_wc_status_str(sa[0].status);
+    uint64_t now = 0;
+    std::memcpy(&now, buf_.data() + 400000, 8);
+    const uint64_t changed = k.op == IBV_WR_ATOMIC_CMP_AND_SWP ? 0x1111111111111111 : start + 5;
+    EXPECT_EQ(now, k.peer_changes ? changed : start);
+    std::memcpy(&now, buf_.data() + 400008, 8);
+    EXPECT_EQ(now, start);
+    for (size_t i = 0; i < 64; ++i) ASSERT_EQ(buf_[i], 0x3c) << "local byte " << i;
+    ibv_qp_attr qa{};
+    ibv_qp_init_attr qi{};
+    ASSERT_EQ(ibv_query_qp(a, &qa, IBV_QP_STATE, &qi), 0);
+    EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
+    ASSERT_EQ(ibv_query_qp(b, &qa, IBV_QP_STATE, &qi), 0);
+    EXPECT_EQ(qa.qp_state, k.want == IBV_WC_LOC_PROT_ERR ? IBV_QPS_RTS : IBV_QPS_ERR);
+    if (k.want == IBV_WC_REM_ACCESS_ERR) expect_qp_event(ctx_, IBV_EVENT_QP_ACCESS_ERR, b);
+    if (k.want == IBV_WC_REM_INV_REQ_ERR) expect_qp_event(ctx_, IBV_EVENT_QP_REQ_ERR, b);
+  }
+}
+
 }  // namespace compat_test

@@ -170,14 +170,16 @@ TEST(RcErrors, SendLargerThanReceive) {
 
 // Local protection errors: a bad lkey, an lkey of another PD, a READ into an
 // MR without LOCAL_WRITE.  Nothing goes on the wire.
+// Local protection errors: a bad lkey, an lkey of another PD.  Nothing goes
+// on the wire: a SEND's or WRITE's local keys are checked before its data
+// leaves.
 TEST(RcErrors, LocalProtectionErrors) {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 2; ++variant) {
     SCOPED_TRACE(variant);
     Pair p;
     auto other_pd = Pd::create(*p.a.ctx).value();
     Pd& other = *other_pd;
     auto foreign = reg_mr(other, p.a.buf.data(), 4096, kAll);
-    auto ro = reg_mr(*p.a.pd, p.a.buf.data(), 4096, access::kRemoteRead);
     Sge s = p.a.sge(0, 100);
     SendWr wr;
     wr.wr_id = 5;
@@ -188,10 +190,6 @@ TEST(RcErrors, LocalProtectionErrors) {
     wr.rkey = p.b.mr->rkey();
     if (variant == 0) s.lkey = p.a.mr->lkey() ^ 0x00800001;
     if (variant == 1) s.lkey = foreign->lkey();
-    if (variant == 2) {
-      s.lkey = ro->lkey();
-      wr.opcode = WrOpcode::rdma_read;
-    }
     const uint64_t sent = p.a.counters().req_packets;
     SendWr after = wr;
     after.wr_id = 6;
@@ -207,6 +205,58 @@ TEST(RcErrors, LocalProtectionErrors) {
     EXPECT_EQ(sc[1].wr_id, 6u);
     EXPECT_EQ(p.a.qp->query().qp_state, QpState::err);
     EXPECT_EQ(p.a.counters().req_packets, sent);
+  }
+}
+
+// A READ's local keys are checked when its response lands, as on a NIC: the
+// request goes out, the peer answers, and the response into an MR without
+// LOCAL_WRITE completes LOC_PROT_ERR with not a byte written.
+TEST(RcErrors, ReadIntoAReadOnlyRegionFailsWhenTheResponseLands) {
+  Pair p;
+  auto ro = reg_mr(*p.a.pd, p.a.buf.data(), 4096, access::kRemoteRead);
+  std::memset(p.a.buf.data(), 0x5a, 4096);
+  std::memset(p.b.buf.data(), 0xc3, 4096);
+  Sge s{reinterpret_cast<uintptr_t>(p.a.buf.data()), 100, ro->lkey()};
+  SendWr wr;
+  wr.wr_id = 5;
+  wr.send_flags = send_flags::kSignaled;
+  wr.sg_list = {&s, 1};
+  wr.opcode = WrOpcode::rdma_read;
+  wr.remote_addr = p.b.addr(0);
+  wr.rkey = p.b.mr->rkey();
+  const uint64_t sent = p.a.counters().req_packets;
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::loc_prot_err);
+  EXPECT_EQ(p.a.counters().req_packets, sent + 1) << "the request went out";
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(uint8_t(p.a.buf[i]), 0x5a) << "byte " << i;
+  EXPECT_EQ(p.a.qp->query().qp_state, QpState::err);
+  EXPECT_EQ(p.b.qp->query().qp_state, QpState::rts);
+}
+
+// UC has no READ and no atomics: posted, they complete LOC_QP_OP_ERR.
+TEST(RcErrors, UcCannotReadOrAtomic) {
+  for (WrOpcode opc :
+       {WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add, WrOpcode::atomic_cmp_and_swp, WrOpcode::send_with_inv}) {
+    SCOPED_TRACE(int(opc));
+    PairOptions uo;
+    uo.type = QpType::uc;
+    Pair uc(uo);
+    Sge s = uc.a.sge(0, 8);
+    SendWr w;
+    w.wr_id = 9;
+    w.opcode = opc;
+    w.send_flags = send_flags::kSignaled;
+    w.sg_list = {&s, 1};
+    w.remote_addr = uc.b.addr(0);
+    w.rkey = uc.b.mr->rkey();
+    ASSERT_TRUE(post_send(*uc.a.qp, w).ok());
+    auto sc = poll_n(*uc.a.scq, 1);
+    ASSERT_EQ(sc.size(), 1u);
+    EXPECT_EQ(sc[0].wr_id, 9u);
+    EXPECT_EQ(sc[0].status, WcStatus::loc_qp_op_err);
+    EXPECT_EQ(uc.a.qp->query().qp_state, QpState::err);
   }
 }
 
@@ -237,26 +287,15 @@ TEST(RcErrors, PostArgumentErrors) {
   s = p.a.qp->post_send(five_wrs, &bad);
   EXPECT_EQ(s.code(), ENOMEM) << s.to_string();
   EXPECT_EQ(bad, 4u);
-  // Wrong opcodes for the QP type: RC takes all, UC no READ/atomic, UD only SEND.
-  PairOptions uo;
-  uo.type = QpType::uc;
-  Pair uc(uo);
-  for (WrOpcode opc : {WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add, WrOpcode::atomic_cmp_and_swp,
-                       WrOpcode::local_inv, WrOpcode::bind_mw}) {
+  // Opcodes uroce does not implement are refused at post; those the QP's
+  // transport lacks are posted and fail at execution (transport.Ud.*,
+  // RcErrors.UcCannotReadOrAtomic).
+  for (WrOpcode opc : {WrOpcode::local_inv, WrOpcode::bind_mw}) {
     SendWr w;
     w.opcode = opc;
     bad = 99;
-    EXPECT_EQ(uc.a.qp->post_send({&w, 1}, &bad).code(), EINVAL) << int(opc);
+    EXPECT_EQ(p.a.qp->post_send({&w, 1}, &bad).code(), EINVAL) << int(opc);
     EXPECT_EQ(bad, 0u);
-  }
-  PairOptions ud_o;
-  ud_o.type = QpType::ud;
-  Pair ud(ud_o);
-  for (WrOpcode opc :
-       {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add}) {
-    SendWr w;
-    w.opcode = opc;
-    EXPECT_EQ(ud.a.qp->post_send({&w, 1}, &bad).code(), EINVAL) << int(opc);
   }
   // A QP in RESET takes neither sends nor receives.
   auto fresh = p.create_qp(p.a);

@@ -142,16 +142,64 @@ TEST_P(UdPath, QkeyCheck) {
   EXPECT_EQ(poll_n(*p.a.scq, 3).size(), 3u);
 }
 
-TEST(Ud, MessageLargerThanMtuIsRejected) {
+// IBA C10-93.1.1, as rxe does: a UD message above the port MTU leaves no
+// packet and raises no error; the WR completes successfully and the QP
+// stays usable.
+TEST(Ud, MessageLargerThanMtuSendsNothingAndSucceeds) {
   Ud u;
   Pair& p = u.p;
   const uint32_t mtu = p.a.ctx->port_attr().active_mtu_bytes;
+  ASSERT_TRUE(post_recv(*p.b.qp, 70, {p.b.sge(0, kGrh + 2 * mtu)}).ok());
   Sge big = p.a.sge(0, mtu + 1);
-  size_t bad = 99;
-  SendWr w = u.wr(1, &big);
-  EXPECT_EQ(p.a.qp->post_send({&w, 1}, &bad).code(), EINVAL);
-  EXPECT_EQ(bad, 0u);
-  EXPECT_TRUE(drain(*p.a.scq, 5).empty());
+  const uint64_t sent = p.a.counters().req_packets;
+  ASSERT_TRUE(post_send(*p.a.qp, u.wr(1, &big)).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].wr_id, 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  EXPECT_EQ(p.a.counters().req_packets, sent);
+  EXPECT_EQ(p.a.counters().ud_oversize_sends, 1u);
+  EXPECT_TRUE(drain(*p.b.rcq, 50).empty()) << "nothing was sent";
+  Sge fits = p.a.sge(0, mtu);
+  ASSERT_TRUE(post_send(*p.a.qp, u.wr(2, &fits)).ok());
+  auto rc = poll_n(*p.b.rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].wr_id, 70u);
+  EXPECT_EQ(rc[0].byte_len, kGrh + mtu);
+  EXPECT_EQ(poll_n(*p.a.scq, 1).size(), 1u);
+}
+
+// What a UD QP cannot execute (RDMA, atomics, an address handle of another
+// PD) is posted and completes LOC_QP_OP_ERR when the requester reaches it,
+// as on rxe; the QP goes to ERR and what follows is flushed.
+TEST(Ud, WhatUdCannotExecuteCompletesInError) {
+  for (int variant = 0; variant < 5; ++variant) {
+    SCOPED_TRACE(variant);
+    Ud u;
+    Pair& p = u.p;
+    Sge s = p.a.sge(0, 8);
+    constexpr WrOpcode kOps[] = {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read,
+                                 WrOpcode::atomic_fetch_and_add};
+    SendWr bad = u.wr(1, &s, kQkey, variant < 4 ? kOps[variant] : WrOpcode::send);
+    bad.remote_addr = p.b.addr(0);
+    bad.rkey = p.b.mr->rkey();
+    auto other_pd = Pd::create(*p.a.ctx).value();
+    auto foreign = Ah::create(*other_pd, AhAttr{p.b.gid()}).value();
+    if (variant == 4) bad.ah = foreign.get();
+    SendWr next = u.wr(2, &s);
+    SendWr both[2] = {bad, next};
+    size_t at = 99;
+    const uint64_t sent = p.a.counters().req_packets;
+    ASSERT_TRUE(p.a.qp->post_send(both, &at).ok());
+    auto sc = poll_n(*p.a.scq, 2);
+    ASSERT_EQ(sc.size(), 2u);
+    EXPECT_EQ(sc[0].wr_id, 1u);
+    EXPECT_EQ(sc[0].status, WcStatus::loc_qp_op_err);
+    EXPECT_EQ(sc[1].wr_id, 2u);
+    EXPECT_EQ(sc[1].status, WcStatus::wr_flush_err);
+    EXPECT_EQ(p.a.qp->query().qp_state, QpState::err);
+    EXPECT_EQ(p.a.counters().req_packets, sent);
+  }
 }
 
 TEST_P(UdPath, NoReceiveOrShortReceive) {

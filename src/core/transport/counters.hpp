@@ -19,7 +19,7 @@ namespace uroce::transport {
   X(resp_acks_sent) X(resp_seq_naks_sent) X(resp_rnr_naks_sent) X(resp_access_naks_sent) \
   X(resp_inv_req_naks_sent) X(resp_op_err_naks_sent) X(resp_duplicates) X(resp_dup_reads) \
   X(resp_dup_atomics) X(resp_future_psn) X(resp_read_packets) X(uc_dropped_messages) \
-  X(ud_qkey_drops) X(ud_no_recv_drops) X(ud_len_errors) X(cq_overflows) X(completions) \
+  X(ud_qkey_drops) X(ud_no_recv_drops) X(ud_len_errors) X(ud_oversize_sends) X(cq_overflows) X(completions) \
   X(resp_dup_unmatched) X(resp_rkey_errors) X(resp_pd_errors) X(resp_rights_errors) \
   X(resp_bounds_errors) X(resp_misaligned_atomics) X(resp_rd_atomic_limit) \
   X(resp_opcode_seq_errors) X(resp_len_errors) X(resp_seq_naks_repeated) X(resp_qp_errors) X(resp_memory_faults) X(resp_unmapped_regions) X(rx_kernel_drops) \

@@ -179,7 +179,7 @@ void QpEngine::close() noexcept {
   nic_->detach(*this);
 }
 
-bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah) noexcept {
+bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah, SendPlan plan) noexcept {
   if (sq.full()) return false;
   const uint32_t idx = sq.tail();
   SendWqe& w = sq.push();
@@ -193,6 +193,7 @@ bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah) no
   w.compare_add = wr.compare_add;
   w.swap = wr.swap;
   w.signaled = init_.sq_sig_all || (wr.send_flags & verbs::send_flags::kSignaled);
+  w.plan = plan;
   w.num_sge = uint16_t(wr.sg_list.size());
   uint32_t len = 0;
   verbs::Sge* sges = sq.sges(idx);
@@ -202,7 +203,7 @@ bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah) no
   }
   w.length = len;
   if ((wr.send_flags & verbs::send_flags::kInline) && !verbs::is_atomic_opcode(wr.opcode) &&
-      wr.opcode != WrOpcode::rdma_read) {
+      wr.opcode != WrOpcode::rdma_read && !plan.silent) {
     // Inline: the data is copied now; the lkeys are not looked at (IBA 11.4.1.1).
     uint8_t* dst = sq.inline_data(idx);
     for (const verbs::Sge& s : wr.sg_list) {

@@ -75,9 +75,10 @@ class QpEngine {
   // (which the IB state table allowed); `port_mtu` is a UD QP's path MTU.
   void modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next, uint32_t port_mtu) noexcept;
   verbs::QpAttr query() const noexcept;
-  // Queues one send WR verbs has checked (UD: to `ud_ah`); false when the
-  // send queue is full.  A QP in ERR completes it with WR_FLUSH_ERR.
-  bool post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah) noexcept;
+  // Queues one send WR verbs has checked (UD: to `ud_ah`), to be carried
+  // out as `plan` says; false when the send queue is full.  A QP in ERR
+  // completes it with WR_FLUSH_ERR.
+  bool post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah, SendPlan plan = {}) noexcept;
   // After post_send: sends (or, in ERR, completes) what was queued.
   void ring_doorbell(size_t posted) noexcept;
   Status post_recv(std::span<const verbs::RecvWr> wrs, size_t* bad);

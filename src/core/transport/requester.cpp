@@ -71,16 +71,21 @@ bool start_wqe(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   const bool rc = qp.type() == verbs::QpType::rc;
   if (rc && (w.flags & verbs::send_flags::kFence) && r.rd_atomic > 0) return false;
   if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr.max_rd_atomic)) return false;
-  if (!w.is_inline) {
-    uint32_t need = is_rd_atomic(w.opcode) ? verbs::access::kLocalWrite : 0;
-    std::span<const verbs::Sge> sges(qp.sq.sges(idx), w.num_sge);
-    if (!check_sges(qp.mem(), sges, need)) {
-      fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
-      return false;
-    }
+  if (w.plan.fail != verbs::WcStatus::success) {
+    fail_wqe(nic, qp, idx, w.plan.fail);
+    return false;
+  }
+  // The local keys of a SEND or WRITE are checked before its data leaves;
+  // those of a READ or an atomic only when the response lands (completer),
+  // as on a NIC: the remote side's errors come first, and an atomic with a
+  // good rkey executes at the peer even if its local buffer is bad.
+  if (!w.is_inline && !w.plan.silent && !is_rd_atomic(w.opcode) &&
+      !check_sges(qp.mem(), {qp.sq.sges(idx), w.num_sge}, 0)) {
+    fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);
+    return false;
   }
   w.first_psn = r.next_psn;
-  w.npkts = is_atomic(w.opcode) ? 1 : packets_for(w.length, qp.mtu);
+  w.npkts = is_atomic(w.opcode) || qp.type() == verbs::QpType::ud ? 1 : packets_for(w.length, qp.mtu);
   w.read_done = w.read_req = 0;
   w.assigned = true;
   r.next_psn = psn_add(r.next_psn, w.npkts);
@@ -188,6 +193,10 @@ void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
 }
 
 void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
+  if (w.plan.silent) {  // above the MTU: no packet, no error (IBA C10-93.1.1)
+    ++nic.counters().ud_oversize_sends;
+    return;
+  }
   const bool imm = w.opcode == WrOpcode::send_with_imm;
   wire::Headers h;
   h.bth.opcode = uint8_t(imm ? Opcode::ud_send_only_imm : Opcode::ud_send_only);

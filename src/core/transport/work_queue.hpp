@@ -17,6 +17,14 @@ namespace uroce::transport {
 using Clock = std::chrono::steady_clock;
 
 // One posted send work request, as the requester tracks it.
+// How the requester treats a WR verbs accepted (verbs::Qp::send_plan): a WR
+// the QP cannot execute fails with `fail` when the requester reaches it; a
+// `silent` one (UD above the MTU) completes without a packet.
+struct SendPlan {
+  verbs::WcStatus fail = verbs::WcStatus::success;
+  bool silent = false;
+};
+
 struct SendWqe {
   uint64_t wr_id = 0;
   verbs::WrOpcode opcode = verbs::WrOpcode::send;
@@ -29,6 +37,7 @@ struct SendWqe {
   uint16_t num_sge = 0;    // SGEs in the QP's sge array at this slot
   bool is_inline = false;  // payload copied into the QP's inline array
   bool signaled = false;
+  SendPlan plan;
   // UD destination, resolved at post time
   Endpoint ud_dst;
   uint32_t ud_qpn = 0, ud_qkey = 0;

@@ -146,21 +146,20 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
 
 void Qp::async_event(AsyncEventType type) noexcept { pd_->context().post_async_event({type, this}); }
 
+// Post-time checks are the ones rdma-core's providers make (the SGE count,
+// the inline size, an atomic's 8-byte buffer, a UD WR's address handle) and
+// the opcodes uroce does not implement.  What the QP cannot execute is not
+// refused here: see send_plan().
 Status Qp::validate_send(const SendWr& wr) const {
-  const QpType t = type();
   switch (wr.opcode) {
     case WrOpcode::send:
-    case WrOpcode::send_with_imm: break;
+    case WrOpcode::send_with_imm:
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm:
-      if (t == QpType::ud) return err::inval("RDMA WRITE on a UD QP");
-      break;
     case WrOpcode::rdma_read:
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add:
-    case WrOpcode::send_with_inv:
-      if (t != QpType::rc) return err::inval("READ, atomics and SEND_WITH_INV need an RC QP");
-      break;
+    case WrOpcode::send_with_inv: break;
     default: return err::inval("opcode " + std::to_string(int(wr.opcode)) + " is not supported");
   }
   if (wr.sg_list.size() > init_.cap.max_send_sge)
@@ -174,13 +173,29 @@ Status Qp::validate_send(const SendWr& wr) const {
                       std::to_string(init_.cap.max_inline_data));
   if (is_atomic_opcode(wr.opcode) && len != 8 && !wr.sg_list.empty())
     return err::inval("an atomic's local buffer must be 8 bytes");
-  if (t == QpType::ud) {
-    if (!wr.ah) return err::inval("UD send without an address handle");
-    if (&wr.ah->pd() != pd_) return err::inval("the address handle belongs to another PD");
-    if (len > pd_->context().port_attr().active_mtu_bytes)
-      return err::inval("UD message of " + std::to_string(len) + " bytes above the MTU");
-  }
+  if (type() == QpType::ud && !wr.ah) return err::inval("UD send without an address handle");
   return {};
+}
+
+// A NIC queues what the QP cannot execute and fails it when its requester
+// reaches the WR, as the kernel's rxe does: an opcode the QP's transport
+// does not have, or a UD address handle of another PD, completes
+// LOC_QP_OP_ERR and moves the QP to ERR.  A UD message above the port's
+// MTU leaves no packet and completes successfully (IBA C10-93.1.1).
+transport::SendPlan Qp::send_plan(const SendWr& wr) const noexcept {
+  const QpType t = type();
+  transport::SendPlan plan;
+  const bool rc_only =
+      wr.opcode == WrOpcode::rdma_read || is_atomic_opcode(wr.opcode) || wr.opcode == WrOpcode::send_with_inv;
+  const bool write = wr.opcode == WrOpcode::rdma_write || wr.opcode == WrOpcode::rdma_write_with_imm;
+  if ((rc_only && t != QpType::rc) || (write && t == QpType::ud)) plan.fail = WcStatus::loc_qp_op_err;
+  if (t == QpType::ud) {
+    if (&wr.ah->pd() != pd_) plan.fail = WcStatus::loc_qp_op_err;
+    uint64_t len = 0;
+    for (const Sge& s : wr.sg_list) len += s.length;
+    plan.silent = len > pd_->context().port_attr().active_mtu_bytes;
+  }
+  return plan;
 }
 
 Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
@@ -198,7 +213,7 @@ Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
       result = s;
       break;
     }
-    if (!engine_->post_send(wr, type() == QpType::ud ? &wr.ah->attr() : nullptr)) {
+    if (!engine_->post_send(wr, type() == QpType::ud ? &wr.ah->attr() : nullptr, send_plan(wr))) {
       result = err::nomem("send queue full (" + std::to_string(engine_->sq_max_wr()) + " WRs)");
       break;
     }

@@ -70,6 +70,7 @@ class Qp final : private transport::QpOwner {
   void async_event(AsyncEventType type) noexcept override;
   Status modify_locked(const QpAttr& attr, uint32_t mask);
   Status validate_send(const SendWr& wr) const;
+  transport::SendPlan send_plan(const SendWr& wr) const noexcept;
 
   Pd* pd_;
   transport::Nic* nic_;
