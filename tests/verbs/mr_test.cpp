@@ -97,7 +97,7 @@ TEST_F(MrTest, DeregisteredKeysNeverResolveAgain) {
   std::unordered_set<uint32_t> seen;
   for (int i = 0; i < 10000; ++i) {
     auto mr = reg(buf_.data(), 128);
-    ASSERT_TRUE(mr.ok());
+    ASSERT_TRUE(mr.ok()) << mr.status().to_string() << " at registration " << i;
     const uint32_t l = (*mr)->lkey(), r = (*mr)->rkey();
     ASSERT_TRUE(seen.insert(l).second) << "lkey handed out again after " << i << " registrations";
     ASSERT_TRUE(seen.insert(r).second) << "rkey handed out again after " << i << " registrations";

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "common/own_mappings.hpp"
@@ -80,15 +81,9 @@ bool for_each_vma(F&& f) {
   return ok;
 }
 
-}  // namespace
-
-Status check_process_memory(uint64_t addr, uint64_t len, bool need_write) {
-  if (len == 0) return {};
-  if (addr + len < addr) return err::from_errno(EFAULT, "memory region wraps around the address space");
-  if (own_mappings::overlaps(addr, len))
-    return err::from_errno(EFAULT, "memory region covers uroce's own shared memory at " + hex(addr));
-  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
-  const uint64_t end = addr + len;
+// One reading of the maps: empty if every page of [addr, end) is mapped
+// with the access asked, else why not; nullopt if /proc cannot be read.
+std::optional<std::string> scan(uint64_t addr, uint64_t end, uint64_t page, bool need_write) {
   uint64_t cur = addr & ~(page - 1);
   std::string why;
   const bool read_ok = for_each_vma([&](const Vma& v) {
@@ -105,14 +100,35 @@ Status check_process_memory(uint64_t addr, uint64_t len, bool need_write) {
     cur = v.end;
     return cur < end;
   });
-  if (!read_ok) {  // no /proc: at least every page must be mapped
+  if (!read_ok) return std::nullopt;
+  if (why.empty() && cur < end) why = "not mapped at " + hex(cur);
+  return why;
+}
+
+}  // namespace
+
+Status check_process_memory(uint64_t addr, uint64_t len, bool need_write) {
+  if (len == 0) return {};
+  if (addr + len < addr) return err::from_errno(EFAULT, "memory region wraps around the address space");
+  if (own_mappings::overlaps(addr, len))
+    return err::from_errno(EFAULT, "memory region covers uroce's own shared memory at " + hex(addr));
+  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  const uint64_t end = addr + len;
+  // /proc/self/maps is read in pieces, and a thread that maps or unmaps
+  // memory meanwhile can make one reading skip a mapping: a refusal stands
+  // only if a fresh reading sees it again.
+  std::optional<std::string> why;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    why = scan(addr, end, page, need_write);
+    if (!why || why->empty()) break;
+  }
+  if (!why) {  // no /proc: at least every page must be mapped
     const uint64_t start = addr & ~(page - 1);
     if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_NORMAL) != 0)
       return err::from_errno(EFAULT, "memory region is not mapped in this process");
     return {};
   }
-  if (why.empty() && cur < end) why = "not mapped at " + hex(cur);
-  if (!why.empty()) return err::from_errno(EFAULT, "memory region " + why);
+  if (!why->empty()) return err::from_errno(EFAULT, "memory region " + *why);
   return {};
 }
 
