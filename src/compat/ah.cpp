@@ -58,22 +58,24 @@ using namespace uroce;
 using namespace uroce::compat;
 
 UROCE_C_API ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
-  Context* c = to_ctx(pd->context);
+  Pd* p = checked("ibv_create_ah", pd);
+  if (!p) return nullptr;
   verbs::AhAttr a;
-  to_core_ah(*c, *attr, a);
-  auto core = verbs::Ah::create(*to_pd(pd)->core, a);
+  to_core_ah(*p->ctx, *attr, a);
+  auto core = verbs::Ah::create(*p->core, a);
   if (!core.ok()) return fail_null<ibv_ah>("ibv_create_ah", core.status());
   auto* h = new Ah{};
   h->core = core->release();
   h->ah.context = pd->context;
   h->ah.pd = pd;
-  static std::atomic<uint32_t> handles{1};
-  h->ah.handle = handles++;
+  h->ah.handle = p->ctx->handles.add(ObjKind::ah, h);
   return &h->ah;
 }
 
 UROCE_C_API int ibv_destroy_ah(ibv_ah* ah) {
-  Ah* h = to_ah(ah);
+  Ah* h = checked("ibv_destroy_ah", ah);
+  if (!h) return errno;
+  to_ctx(ah->context)->handles.remove(ObjKind::ah, ah->handle);
   delete h->core;
   delete h;
   return 0;
@@ -86,6 +88,8 @@ UROCE_C_API int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_
                                     ibv_ah_attr* ah_attr) {
   const char* verb = "ibv_init_ah_from_wc";
   std::memset(ah_attr, 0, sizeof *ah_attr);
+  Context* c = checked(verb, context);
+  if (!c) return errno;
   if (port_num != 1) return fail(verb, EINVAL, "port_num must be 1");
   if (!(wc->wc_flags & IBV_WC_GRH) || !grh) return fail(verb, EINVAL, "RoCE needs the GRH of the received message");
   const auto* b = reinterpret_cast<const uint8_t*>(grh);
@@ -108,7 +112,7 @@ UROCE_C_API int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_
   } else {
     return fail(verb, EINVAL, "the GRH area holds no IPv4 or IPv6 header");
   }
-  const auto& gids = to_ctx(context)->core->config().gids;
+  const auto& gids = c->core->config().gids;
   size_t index = 0;
   while (index < gids.size() && gids[index] != dst) ++index;
   if (index == gids.size()) return fail(verb, EINVAL, "the message was not sent to a GID of this device");
@@ -123,7 +127,8 @@ UROCE_C_API int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_
 
 UROCE_C_API ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
   ibv_ah_attr attr;
-  if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr)) return nullptr;
+  if (!checked("ibv_create_ah_from_wc", pd) || ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
+    return nullptr;
   return ibv_create_ah(pd, &attr);
 }
 

@@ -33,6 +33,7 @@
 
 #include "common/log.hpp"
 #include "common/status.hpp"
+#include "handles.hpp"
 #include "verbs/ah.hpp"
 #include "verbs/comp_channel.hpp"
 #include "verbs/context.hpp"
@@ -68,7 +69,8 @@ struct Context {
   verbs_context vctx;  // vctx.context is the ibv_context the application holds
   Device* dev;
   verbs::Context* core;
-  int cmd_fd = -1;  // ibv_context::cmd_fd (an eventfd: no kernel device)
+  int cmd_fd = -1;      // ibv_context::cmd_fd (an eventfd: no kernel device)
+  HandleTable handles;  // every object of this context, by handle (handles.hpp)
 };
 
 struct Pd {
@@ -163,6 +165,25 @@ T* fail_null(const char* verb, int err, const char* why) noexcept {
   fail(verb, err, why);
   return nullptr;
 }
+
+// ------------------------------------------------------------------ handle checks
+
+// The contexts this process has open (ibv_open_device / ibv_close_device).
+void context_opened(const ibv_context* c);
+void context_closed(const ibv_context* c) noexcept;
+
+// The object a verb was given, looked up in its context's table as the
+// kernel would (handles.hpp); nullptr with errno set and the reason logged
+// if it is not there.  Nothing is dereferenced beyond the struct's
+// `context` and `handle` (a channel's `fd`) fields until it is found.
+Context* checked(const char* verb, ibv_context* c) noexcept;
+Pd* checked(const char* verb, ibv_pd* p) noexcept;
+Mr* checked(const char* verb, ibv_mr* m) noexcept;
+Cq* checked(const char* verb, ibv_cq* q) noexcept;
+Qp* checked(const char* verb, ibv_qp* q) noexcept;
+Srq* checked(const char* verb, ibv_srq* s) noexcept;
+Ah* checked(const char* verb, ibv_ah* a) noexcept;
+Channel* checked(const char* verb, ibv_comp_channel* ch) noexcept;
 
 // ------------------------------------------------------------------ shared helpers
 

@@ -37,7 +37,13 @@ constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 
 ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
                   uint32_t comp_vector) {
-  Context* c = to_ctx(context);
+  Context* c = checked(verb, context);
+  if (!c) return nullptr;
+  if (channel) {
+    Channel* ch = checked(verb, channel);
+    if (!ch) return nullptr;
+    if (ch->ctx != c) return fail_null<ibv_cq_ex>(verb, EINVAL, "the completion channel belongs to another context");
+  }
   if (comp_vector >= uint32_t(context->num_comp_vectors))
     return fail_null<ibv_cq_ex>(verb, EINVAL, "comp_vector must be below num_comp_vectors (1)");
   auto* q = new Cq{};
@@ -52,8 +58,7 @@ ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq
   ex.context = context;
   ex.channel = channel;
   ex.cq_context = cq_context;
-  static std::atomic<uint32_t> handles{1};
-  ex.handle = handles++;
+  ex.handle = c->handles.add(ObjKind::cq, q);
   ex.cqe = int(q->core->capacity());
   pthread_mutex_init(&ex.mutex, nullptr);
   pthread_cond_init(&ex.cond, nullptr);
@@ -189,8 +194,9 @@ UROCE_C_API ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_contex
 }
 
 UROCE_C_API int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  Cq* q = checked("ibv_resize_cq", cq);
+  if (!q) return errno;
   if (cqe < 1) return fail("ibv_resize_cq", EINVAL, "cqe must be at least 1");
-  Cq* q = to_cq(cq);
   Status s = q->core->resize(uint32_t(cqe));
   if (!s.ok()) return fail("ibv_resize_cq", s);
   cq->cqe = int(q->core->capacity());
@@ -198,8 +204,10 @@ UROCE_C_API int ibv_resize_cq(ibv_cq* cq, int cqe) {
 }
 
 UROCE_C_API int ibv_destroy_cq(ibv_cq* cq) {
-  Cq* q = to_cq(cq);
+  Cq* q = checked("ibv_destroy_cq", cq);
+  if (!q) return errno;
   if (q->core->users().load() > 0) return fail("ibv_destroy_cq", EBUSY, "QPs still use this CQ");
+  q->ctx->handles.remove(ObjKind::cq, cq->handle);
   q->core->wait_events_acked();  // ibv_get_cq_event/ibv_ack_cq_events pairs
   wait_async_acked(cq->mutex, cq->cond, cq->async_events_completed, q->async_delivered);
   if (cq->channel) cq->channel->refcnt--;

@@ -161,10 +161,12 @@ uint16_t port_lid(const verbs::DeviceConfig& cfg) noexcept {
 
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size) {
+  Context* c = checked("ibv_query_device_ex", context);
+  if (!c) return errno;
   if (input && input->comp_mask) return fail("ibv_query_device_ex", EINVAL, "input comp_mask must be 0");
   if (attr_size < sizeof(ibv_device_attr)) return fail("ibv_query_device_ex", EINVAL, "attr_size too small");
   ibv_device_attr_ex a{};
-  fill_device_attr(*to_ctx(context), a.orig_attr);
+  fill_device_attr(*c, a.orig_attr);
   // On-demand paging: registration needs no pinning; pages are checked
   // (and faulted in) when a packet touches them.  Implicit ODP too.
   a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
@@ -180,9 +182,11 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
 }
 
 int query_port_ex(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
+  Context* c = checked("ibv_query_port", context);
+  if (!c) return errno;
   if (port_num != 1) return fail("ibv_query_port", EINVAL, "port_num must be 1");
   ibv_port_attr p;
-  fill_port_attr(*to_ctx(context), p);
+  fill_port_attr(*c, p);
   std::memcpy(attr, &p, std::min(attr_len, sizeof p));
   return 0;
 }
@@ -210,6 +214,7 @@ const ibv_context_ops kOps = [] {
 }();
 
 bool gid_ok(ibv_context* context, uint32_t port_num, uint32_t index, const char* verb) {
+  if (!checked(verb, context)) return false;
   if (port_num != 1) {
     fail(verb, EINVAL, "port_num must be 1");
     return false;
@@ -280,11 +285,13 @@ UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
   ic.num_comp_vectors = 1;
   pthread_mutex_init(&ic.mutex, nullptr);
   ic.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  context_opened(&ic);
   return &ic;
 }
 
 UROCE_C_API int ibv_close_device(ibv_context* context) {
-  Context* c = to_ctx(context);
+  Context* c = checked("ibv_close_device", context);
+  if (!c) return errno;
   if (c->core->users().load() > 0) {
     // rdma-core lets the kernel clean up after a program that closes a
     // device with objects still open; here they would point into a dead
@@ -292,6 +299,7 @@ UROCE_C_API int ibv_close_device(ibv_context* context) {
     UROCE_LOG(warn, "ibv_close_device: %d PD/CQ/channel(s) still open; the device stays open", c->core->users().load());
     return 0;
   }
+  context_closed(context);
   delete c->core;
   ::close(c->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
@@ -300,7 +308,9 @@ UROCE_C_API int ibv_close_device(ibv_context* context) {
 }
 
 UROCE_C_API int ibv_query_device(ibv_context* context, ibv_device_attr* device_attr) {
-  fill_device_attr(*to_ctx(context), *device_attr);
+  Context* c = checked("ibv_query_device", context);
+  if (!c) return errno;
+  fill_device_attr(*c, *device_attr);
   return 0;
 }
 
@@ -333,6 +343,7 @@ UROCE_C_API int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint3
 
 UROCE_C_API ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
                                          uint32_t flags, size_t entry_size) {
+  if (!checked("ibv_query_gid_table", context)) return -errno;
   if (flags) return -fail("ibv_query_gid_table", EINVAL, "flags must be 0");
   if (entry_size < sizeof(ibv_gid_entry)) return -fail("ibv_query_gid_table", EINVAL, "entry_size too small");
   const size_t n = to_ctx(context)->core->config().gids.size();

@@ -47,7 +47,8 @@ Kind kind_of(ibv_event_type t) {
 }  // namespace
 
 UROCE_C_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
-  Context* c = to_ctx(context);
+  Context* c = checked("ibv_create_comp_channel", context);
+  if (!c) return nullptr;
   auto core = verbs::CompChannel::create(*c->core);
   if (!core.ok()) return fail_null<ibv_comp_channel>("ibv_create_comp_channel", core.status());
   auto* ch = new Channel{};
@@ -56,19 +57,24 @@ UROCE_C_API ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   ch->ch.context = context;
   ch->ch.fd = ch->core->fd();
   ch->ch.refcnt = 0;
+  c->handles.add_channel(ch->ch.fd, ch);
   return &ch->ch;
 }
 
 UROCE_C_API int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
-  Channel* ch = to_channel(channel);
+  Channel* ch = checked("ibv_destroy_comp_channel", channel);
+  if (!ch) return errno;
   if (ch->core->users().load() > 0) return fail("ibv_destroy_comp_channel", EBUSY, "CQs still use this channel");
+  ch->ctx->handles.remove(ObjKind::channel, uint32_t(channel->fd));
   delete ch->core;
   delete ch;
   return 0;
 }
 
 UROCE_C_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
-  auto r = to_channel(channel)->core->get_event();
+  Channel* ch = checked("ibv_get_cq_event", channel);
+  if (!ch) return -1;
+  auto r = ch->core->get_event();
   if (!r.ok()) {
     // EAGAIN on a non-blocking fd is the normal "nothing yet": not logged.
     if (r.status().code() != EAGAIN) fail("ibv_get_cq_event", r.status());
@@ -82,7 +88,8 @@ UROCE_C_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** 
 }
 
 UROCE_C_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
-  Cq* q = to_cq(cq);
+  Cq* q = checked("ibv_ack_cq_events", cq);
+  if (!q) return;
   q->core->ack_events(nevents);
   pthread_mutex_lock(&cq->mutex);
   cq->comp_events_completed += nevents;
@@ -90,7 +97,9 @@ UROCE_C_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 }
 
 UROCE_C_API int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  auto r = to_ctx(context)->core->get_async_event();
+  Context* c = checked("ibv_get_async_event", context);
+  if (!c) return -1;
+  auto r = c->core->get_async_event();
   if (!r.ok()) {
     if (r.status().code() != EAGAIN) fail("ibv_get_async_event", r.status());
     errno = r.status().code();

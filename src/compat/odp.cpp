@@ -16,7 +16,8 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t /*flags*/, ibv_s
       advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
     return fail("ibv_advise_mr", EOPNOTSUPP, "unknown advice");
   if (num_sges == 0 || !sg_list) return fail("ibv_advise_mr", EINVAL, "no SGE given");
-  Pd* p = to_pd(pd);
+  Pd* p = checked("ibv_advise_mr", pd);
+  if (!p) return errno;
   for (uint32_t i = 0; i < num_sges; ++i) {
     const ibv_sge& s = sg_list[i];
     const verbs::Mr* mr = verbs::MrTable::instance().lookup(s.lkey, verbs::KeyKind::local);

@@ -19,7 +19,8 @@ namespace {
 constexpr unsigned kOptionalIgnored = IBV_ACCESS_OPTIONAL_RANGE & ~unsigned(IBV_ACCESS_RELAXED_ORDERING);
 
 ibv_mr* reg(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
-  Pd* p = to_pd(pd);
+  Pd* p = checked(verb, pd);
+  if (!p) return nullptr;
   access &= ~kOptionalIgnored;
   auto core = verbs::Mr::reg(*p->core, reinterpret_cast<uintptr_t>(addr), length, iova, access);
   if (!core.ok()) return fail_null<ibv_mr>(verb, core.status());
@@ -29,7 +30,7 @@ ibv_mr* reg(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t io
   m->mr.pd = pd;
   m->mr.addr = addr;
   m->mr.length = length;
-  m->mr.handle = m->core->lkey();
+  m->mr.handle = p->ctx->handles.add(ObjKind::mr, m);
   m->mr.lkey = m->core->lkey();
   m->mr.rkey = m->core->rkey();
   return &m->mr;
@@ -38,22 +39,24 @@ ibv_mr* reg(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t io
 }  // namespace
 
 UROCE_C_API ibv_pd* ibv_alloc_pd(ibv_context* context) {
-  Context* c = to_ctx(context);
+  Context* c = checked("ibv_alloc_pd", context);
+  if (!c) return nullptr;
   auto core = verbs::Pd::create(*c->core);
   if (!core.ok()) return fail_null<ibv_pd>("ibv_alloc_pd", core.status());
   auto* p = new Pd{};
   p->core = core->release();
   p->ctx = c;
   p->pd.context = context;
-  static std::atomic<uint32_t> handles{1};
-  p->pd.handle = handles++;
+  p->pd.handle = c->handles.add(ObjKind::pd, p);
   return &p->pd;
 }
 
 UROCE_C_API int ibv_dealloc_pd(ibv_pd* pd) {
-  Pd* p = to_pd(pd);
+  Pd* p = checked("ibv_dealloc_pd", pd);
+  if (!p) return errno;
   if (const int n = p->core->users().load(); n > 0)
     return fail("ibv_dealloc_pd", EBUSY, "QPs, MRs, SRQs or AHs of this PD still exist");
+  p->ctx->handles.remove(ObjKind::pd, pd->handle);
   delete p->core;
   delete p;
   return 0;
@@ -81,7 +84,8 @@ UROCE_C_API ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* /*pd*/, uint64_t /*offset*/, size_
 // providers; if it fails, the old region is untouched and
 // IBV_REREG_MR_ERR_INPUT is returned.
 UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
-  Mr* m = to_mr(mr);
+  Mr* m = checked("ibv_rereg_mr", mr);
+  if (!m) return IBV_REREG_MR_ERR_INPUT;
   if (flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) {
     fail("ibv_rereg_mr", EINVAL, "flags must be a non-empty set of IBV_REREG_MR_CHANGE_*");
     return IBV_REREG_MR_ERR_INPUT;
@@ -92,12 +96,13 @@ UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size
   const unsigned new_access =
       (flags & IBV_REREG_MR_CHANGE_ACCESS) ? unsigned(access) & ~kOptionalIgnored : m->core->access();
   const uint64_t iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(addr) : m->core->iova();
-  if (!new_pd || new_pd->context != mr->context) {
+  Pd* np = checked("ibv_rereg_mr", new_pd);
+  if (!np) return IBV_REREG_MR_ERR_INPUT;
+  if (new_pd->context != mr->context) {
     fail("ibv_rereg_mr", EINVAL, "the new PD must belong to the MR's context");
     return IBV_REREG_MR_ERR_INPUT;
   }
-  if (Status st =
-          m->core->rereg(*to_pd(new_pd)->core, reinterpret_cast<uintptr_t>(new_addr), new_len, iova, new_access);
+  if (Status st = m->core->rereg(*np->core, reinterpret_cast<uintptr_t>(new_addr), new_len, iova, new_access);
       !st.ok()) {
     fail("ibv_rereg_mr", st);
     return IBV_REREG_MR_ERR_INPUT;
@@ -109,7 +114,9 @@ UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size
 }
 
 UROCE_C_API int ibv_dereg_mr(ibv_mr* mr) {
-  Mr* m = to_mr(mr);
+  Mr* m = checked("ibv_dereg_mr", mr);
+  if (!m) return errno;
+  to_ctx(mr->context)->handles.remove(ObjKind::mr, mr->handle);
   delete m->core;  // leaves every lookup under the NIC lock: no packet is using it afterwards
   delete m;
   return 0;

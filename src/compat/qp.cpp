@@ -27,7 +27,8 @@ constexpr uint64_t kRcOps = kUcOps | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_A
                             IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
 
 ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
-  Pd* p = to_pd(pd);
+  Pd* p = checked(verb, pd);
+  if (!p) return nullptr;
   switch (a.qp_type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:
@@ -39,14 +40,18 @@ ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
     default: return fail_null<ibv_qp>(verb, EINVAL, "unknown qp_type");
   }
   if (!a.send_cq || !a.recv_cq) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a send CQ and a receive CQ");
+  Cq* scq = checked(verb, a.send_cq);
+  Cq* rcq = scq ? checked(verb, a.recv_cq) : nullptr;
+  Srq* srq = a.srq ? checked(verb, a.srq) : nullptr;
+  if (!scq || !rcq || (a.srq && !srq)) return nullptr;
   if (a.send_cq->context != pd->context || a.recv_cq->context != pd->context ||
       (a.srq && a.srq->context != pd->context))
     return fail_null<ibv_qp>(verb, EINVAL, "CQs and SRQ must belong to the PD's context");
   verbs::QpInitAttr init;
   init.qp_type = static_cast<verbs::QpType>(a.qp_type);
-  init.send_cq = to_cq(a.send_cq)->core;
-  init.recv_cq = to_cq(a.recv_cq)->core;
-  init.srq = a.srq ? to_srq(a.srq)->core : nullptr;
+  init.send_cq = scq->core;
+  init.recv_cq = rcq->core;
+  init.srq = srq ? srq->core : nullptr;
   init.cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data};
   init.sq_sig_all = a.sq_sig_all != 0;
   auto* q = new Qp{};
@@ -67,7 +72,7 @@ ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
   b.send_cq = a.send_cq;
   b.recv_cq = a.recv_cq;
   b.srq = a.srq;
-  b.handle = q->core->qpn();
+  b.handle = p->ctx->handles.add(ObjKind::qp, q);
   b.qp_num = q->core->qpn();
   b.state = IBV_QPS_RESET;
   b.qp_type = a.qp_type;
@@ -86,6 +91,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   const uint32_t mask = attr->comp_mask;
   if (mask & ~kKnown) return fail_null<ibv_qp>(verb, EINVAL, "unknown comp_mask bits");
+  if (!checked(verb, context)) return nullptr;
   if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a PD");
   if (attr->pd->context != context) return fail_null<ibv_qp>(verb, EINVAL, "the PD belongs to another context");
   if (mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
@@ -121,7 +127,8 @@ UROCE_C_API ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) { return &to_qp(qp)->ex; }
 
 UROCE_C_API int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   const char* verb = "ibv_modify_qp";
-  Qp* q = to_qp(qp);
+  Qp* q = checked(verb, qp);
+  if (!q) return errno;
   const uint32_t mask = uint32_t(attr_mask);
   if (mask & IBV_QP_RATE_LIMIT) return fail(verb, EOPNOTSUPP, "rate limiting is not supported");
   if (mask & IBV_QP_CAP) return fail(verb, EOPNOTSUPP, "resizing a QP is not supported");
@@ -151,7 +158,8 @@ UROCE_C_API int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 }
 
 UROCE_C_API int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
-  Qp* q = to_qp(qp);
+  Qp* q = checked("ibv_query_qp", qp);
+  if (!q) return errno;
   const verbs::QpAttr a = q->core->query();
   std::memset(attr, 0, sizeof *attr);
   attr->qp_state = static_cast<ibv_qp_state>(a.qp_state);
@@ -190,7 +198,9 @@ UROCE_C_API int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/, i
 }
 
 UROCE_C_API int ibv_destroy_qp(ibv_qp* qp) {
-  Qp* q = to_qp(qp);
+  Qp* q = checked("ibv_destroy_qp", qp);
+  if (!q) return errno;
+  to_ctx(qp->context)->handles.remove(ObjKind::qp, qp->handle);
   wait_async_acked(qp->mutex, qp->cond, qp->events_completed, q->async_delivered);
   delete q->core;
   delete_wr_builder(q->wr);
@@ -206,11 +216,13 @@ UROCE_C_API int ibv_query_qp_data_in_order(ibv_qp* /*qp*/, enum ibv_wr_opcode /*
   return 0;
 }
 
-UROCE_C_API int ibv_attach_mcast(ibv_qp* /*qp*/, const union ibv_gid* /*gid*/, uint16_t /*lid*/) {
+UROCE_C_API int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* /*gid*/, uint16_t /*lid*/) {
+  if (!checked("ibv_attach_mcast", qp)) return errno;
   return fail("ibv_attach_mcast", EOPNOTSUPP, "multicast is not supported");
 }
 
-UROCE_C_API int ibv_detach_mcast(ibv_qp* /*qp*/, const union ibv_gid* /*gid*/, uint16_t /*lid*/) {
+UROCE_C_API int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* /*gid*/, uint16_t /*lid*/) {
+  if (!checked("ibv_detach_mcast", qp)) return errno;
   return fail("ibv_detach_mcast", EOPNOTSUPP, "multicast is not supported");
 }
 

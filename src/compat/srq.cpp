@@ -9,8 +9,10 @@ namespace {
 static_assert(verbs::srq_attr_mask::kMaxWr == IBV_SRQ_MAX_WR && verbs::srq_attr_mask::kLimit == IBV_SRQ_LIMIT);
 
 ibv_srq* create(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr& attr) {
+  Pd* p = checked(verb, pd);
+  if (!p) return nullptr;
   auto* s = new Srq{};
-  auto core = verbs::Srq::create(*to_pd(pd)->core, {attr.max_wr, attr.max_sge, attr.srq_limit}, s);
+  auto core = verbs::Srq::create(*p->core, {attr.max_wr, attr.max_sge, attr.srq_limit}, s);
   if (!core.ok()) {
     delete s;
     return fail_null<ibv_srq>(verb, core.status());
@@ -23,8 +25,7 @@ ibv_srq* create(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr& a
   b.context = pd->context;
   b.srq_context = srq_context;
   b.pd = pd;
-  static std::atomic<uint32_t> handles{1};
-  b.handle = handles++;
+  b.handle = p->ctx->handles.add(ObjKind::srq, s);
   pthread_mutex_init(&b.mutex, nullptr);
   pthread_cond_init(&b.cond, nullptr);
   return &b;
@@ -37,6 +38,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   if (attr->comp_mask & ~uint32_t(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
                                   IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM))
     return fail_null<ibv_srq>(verb, EINVAL, "unknown comp_mask bits");
+  if (!checked(verb, context)) return nullptr;
   if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
     return fail_null<ibv_srq>(verb, EOPNOTSUPP, "XRC and tag-matching SRQs are not supported");
   if (attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_TM))
@@ -56,14 +58,17 @@ UROCE_C_API ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr
 }
 
 UROCE_C_API int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
+  Srq* q = checked("ibv_modify_srq", srq);
+  if (!q) return errno;
   if (srq_attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return fail("ibv_modify_srq", EINVAL, "unknown mask bits");
-  Status s =
-      to_srq(srq)->core->modify({srq_attr->max_wr, srq_attr->max_sge, srq_attr->srq_limit}, uint32_t(srq_attr_mask));
+  Status s = q->core->modify({srq_attr->max_wr, srq_attr->max_sge, srq_attr->srq_limit}, uint32_t(srq_attr_mask));
   return s.ok() ? 0 : fail("ibv_modify_srq", s);
 }
 
 UROCE_C_API int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
-  const verbs::SrqAttr a = to_srq(srq)->core->query();
+  Srq* q = checked("ibv_query_srq", srq);
+  if (!q) return errno;
+  const verbs::SrqAttr a = q->core->query();
   srq_attr->max_wr = a.max_wr;
   srq_attr->max_sge = a.max_sge;
   srq_attr->srq_limit = a.srq_limit;
@@ -71,8 +76,10 @@ UROCE_C_API int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
 }
 
 UROCE_C_API int ibv_destroy_srq(ibv_srq* srq) {
-  Srq* s = to_srq(srq);
+  Srq* s = checked("ibv_destroy_srq", srq);
+  if (!s) return errno;
   if (s->core->users().load() > 0) return fail("ibv_destroy_srq", EBUSY, "QPs still use this SRQ");
+  to_ctx(srq->context)->handles.remove(ObjKind::srq, srq->handle);
   wait_async_acked(srq->mutex, srq->cond, srq->events_completed, s->async_delivered);
   delete s->core;
   pthread_cond_destroy(&srq->cond);
