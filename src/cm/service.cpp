@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/quiet_thread.hpp"
+
 namespace uroce::cm {
 
 namespace {
@@ -16,7 +18,7 @@ constexpr size_t kInboxLimit = 4096;  // MADs waiting; more are dropped (the pee
 Service::Service(Cm& cm) : cm_(cm) {
   efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   cm_.set_waker([this] { wake(); });
-  thread_ = std::thread([this] { run(); });
+  thread_ = start_quiet_thread("uroce-cm", [this] { run(); });  // none of the application's signals
 }
 
 Service::~Service() {

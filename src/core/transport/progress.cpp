@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "common/log.hpp"
+#include "common/quiet_thread.hpp"
 #include "transport/nic.hpp"
 
 namespace uroce::transport {
@@ -103,7 +104,8 @@ void Nic::start_progress_thread() {
   ev.events = 0;  // armed by the thread when it takes the socket
   ev.data.u32 = 1;
   ::epoll_ctl(epfd_, EPOLL_CTL_ADD, io_->wait_fd(), &ev);
-  thread_ = std::thread([this] { progress_thread_main(); });
+  thread_ =
+      start_quiet_thread("uroce-progress", [this] { progress_thread_main(); });  // none of the application's signals
 }
 
 void Nic::progress_thread_main() noexcept {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/quiet_thread.hpp"
 
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
@@ -85,20 +86,14 @@ bool UnmapWatch::open_locked() noexcept {
   }
   fd_ = fd;  // before the thread starts: it polls them
   wake_fd_ = wake;
-  // The thread takes none of the application's signals.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
-    std::thread([this] { run(); }).detach();
+    start_quiet_thread("uroce-unmap", [this] { run(); }).detach();  // none of the application's signals
   } catch (...) {
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     fd_ = wake_fd_ = -1;
     ::close(fd);
     ::close(wake);
     return false;
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return true;
 }
 

@@ -1,0 +1,43 @@
+// Threads uroce starts inside the application's process (the progress
+// thread, the CM service, the unmap watch) take none of its asynchronous
+// signals, as rdma-core, which starts no thread, takes none: they are
+// created with those signals blocked (a thread inherits its creator's mask),
+// so a signal sent to the process (kill, SIGCHLD, timers, a daemon's
+// signalfd or sigwait on a signal its own threads block) reaches one of the
+// application's threads as it would without uroce.  The synchronous signals
+// of a fault in the thread itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+// SIGSYS) stay unblocked: the kernel would kill the process instead of
+// delivering a blocked one, and the fault guard (fault_guard.hpp) lives on
+// SIGSEGV and SIGBUS.
+#pragma once
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <thread>
+#include <utility>
+
+namespace uroce {
+
+// The signal mask of uroce's threads: every signal but the synchronous ones.
+sigset_t quiet_signal_mask() noexcept;
+
+// Starts `f` on a std::thread named `name` (at most 15 characters, shown by
+// ps and gdb) with quiet_signal_mask(); the caller's mask is unchanged
+// afterwards (also if the thread cannot be created: the std::system_error
+// propagates).
+template <class F>
+std::thread start_quiet_thread(const char* name, F&& f) {
+  const sigset_t quiet = quiet_signal_mask();
+  sigset_t old;
+  pthread_sigmask(SIG_SETMASK, &quiet, &old);
+  struct Restore {
+    sigset_t mask;
+    ~Restore() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+  } restore{old};
+  std::thread t(std::forward<F>(f));
+  pthread_setname_np(t.native_handle(), name);
+  return t;
+}
+
+}  // namespace uroce
