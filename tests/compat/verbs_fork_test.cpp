@@ -1,0 +1,245 @@
+// fork() (issue 18 item 3): a NIC lives in the process that opened it.  A
+// child that exits, with or without exec of a program that opens uroce
+// itself, leaves the parent's NIC, registry slot, files and connections
+// intact; a child that opens the device gets a NIC of its own and runs
+// beside its parent.  Each test uses a runtime directory of its own, so the
+// files compared are only this test's.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+
+#include "verbs_fixture.hpp"
+
+namespace compat_test {
+namespace {
+
+// (name -> inode) of the files in `dir`.
+std::map<std::string, ino_t> files_in(const std::string& dir) {
+  std::map<std::string, ino_t> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      struct stat st {};
+      if (::stat((dir + "/" + e->d_name).c_str(), &st) == 0) out[e->d_name] = st.st_ino;
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// The descriptors open in this process.
+std::vector<int> open_fds() {
+  std::vector<int> out;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') out.push_back(std::atoi(e->d_name));
+    closedir(d);
+  }
+  return out;
+}
+
+// The registry slot a QP number carries (transport: slot << 14 | index).
+uint32_t slot_of(uint32_t qpn) { return qpn >> 14; }
+
+}  // namespace
+
+// The runtime directory of this test process (the registry is opened once
+// per process, so the tests of one process share it), removed when the
+// process that made it exits.
+const std::string& runtime_dir() {
+  static const pid_t maker = ::getpid();
+  static const std::string& dir = *[] {
+    char tmpl[] = "/tmp/uroce-fork-test-XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    auto* s = new std::string(d ? d : "");  // outlives the exit handler below
+    std::atexit([] {
+      if (::getpid() == maker) std::system(("rm -rf '" + runtime_dir() + "'").c_str());
+    });
+    return s;
+  }();
+  return dir;
+}
+
+class Fork : public Verbs {
+ protected:
+  void SetUp() override {
+    dir_ = runtime_dir();
+    ASSERT_FALSE(dir_.empty());
+    ::setenv("UROCE_RUNTIME_DIR", dir_.c_str(), 1);  // before the first open
+    ::unsetenv("UROCE_REGISTRY");
+    fds_before_ = open_fds();  // the test harness's and sanitizers' own
+    Verbs::SetUp();
+  }
+
+  // A connected RC pair in this process.
+  void pair(ibv_cq*& ca, ibv_cq*& cb, ibv_qp*& a, ibv_qp*& b) {
+    ca = cq();
+    cb = cq();
+    a = qp(IBV_QPT_RC, ca, ca);
+    b = qp(IBV_QPT_RC, cb, cb);
+    connect(a, b->qp_num);
+    connect(b, a->qp_num);
+  }
+
+  // `n` SENDs a -> b, each of its own bytes, checked at the receiver.
+  void traffic(ibv_qp* a, ibv_qp* b, ibv_cq* ca, ibv_cq* cb, int n, int seed) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(post_recv(b, uint64_t(i), 500000, 4096), 0);
+      for (size_t k = 0; k < 2000; ++k) buf_[k] = uint8_t(seed * 7 + i * 31 + k);
+      ibv_sge s = sge(0, 2000);
+      ibv_send_wr wr{};
+      wr.wr_id = uint64_t(i);
+      wr.sg_list = &s;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_SEND;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      ibv_send_wr* bad = nullptr;
+      ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+      auto sa = poll(ca, 1);
+      ASSERT_EQ(sa.size(), 1u);
+      ASSERT_EQ(sa[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(sa[0].status);
+      auto rb = poll(cb, 1);
+      ASSERT_EQ(rb.size(), 1u);
+      ASSERT_EQ(rb[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(rb[0].status);
+      ASSERT_EQ(rb[0].byte_len, 2000u);
+      ASSERT_EQ(std::memcmp(buf_.data() + 500000, buf_.data(), 2000), 0) << "message " << i;
+    }
+  }
+
+  std::string dir_;
+  std::vector<int> fds_before_;
+};
+
+// 100 children exit while the parent has live connections: half return
+// from their function and exit() (running the exit handlers and static
+// destructors they inherited), half exec a program that opens uroce
+// itself.  The parent's traffic runs on byte-exact, it keeps its registry
+// slot, and its files are the same files.
+TEST_F(Fork, ChildrenThatExitLeaveTheParentIntact) {
+  ibv_cq *ca, *cb;
+  ibv_qp *a, *b;
+  pair(ca, cb, a, b);
+  traffic(a, b, ca, cb, 5, 0);
+  const auto before = files_in(dir_);
+  ASSERT_FALSE(before.empty()) << "the registry and the NIC's files live in " << dir_;
+  const uint32_t slot = slot_of(a->qp_num);
+#if defined(__SANITIZE_THREAD__)
+  constexpr int kChildren = 10;  // a fork costs about a second under ThreadSanitizer
+#else
+  constexpr int kChildren = 100;
+#endif
+  for (int child = 0; child < kChildren; ++child) {
+    SCOPED_TRACE(child);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (child % 2) {
+        const char* argv[] = {UROCE_OPEN_DEVICE_HELPER, nullptr};
+        ::execv(argv[0], const_cast<char**>(argv));
+        _exit(127);
+      }
+      std::exit(0);  // exit handlers and static destructors run in the child
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    traffic(a, b, ca, cb, 2, child + 1);
+    if (HasFatalFailure()) return;
+  }
+  ibv_qp* later = qp(IBV_QPT_RC, ca, ca);
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(slot_of(later->qp_num), slot) << "the parent keeps its registry slot";
+  const auto after = files_in(dir_);
+  for (const auto& [name, ino] : before) {
+    auto it = after.find(name);
+    ASSERT_NE(it, after.end()) << name << " is gone";
+    EXPECT_EQ(it->second, ino) << name << " was replaced";
+  }
+  traffic(a, b, ca, cb, 5, 200);
+}
+
+// A forked child that opens the device gets a NIC of its own (its own
+// registry slot, so its own QP numbers) and runs 1,000 byte-checked
+// ping-pongs of its own while the parent runs 1,000 of its own.
+TEST_F(Fork, ChildWithADeviceOfItsOwnRunsBesideTheParent) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
+#endif
+  ibv_cq *ca, *cb;
+  ibv_qp *a, *b;
+  pair(ca, cb, a, b);
+  traffic(a, b, ca, cb, 3, 0);
+  int to_parent[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(to_parent[0]);
+    // Everything the parent had stays the parent's; the child starts anew.
+    qps_.clear();
+    cqs_.clear();
+    mr_ = nullptr;
+    pd_ = nullptr;
+    ctx_ = nullptr;
+    Verbs::SetUp();
+    ibv_cq *cc, *cd;
+    ibv_qp *c, *d;
+    pair(cc, cd, c, d);
+    const uint32_t child_slot = slot_of(c->qp_num);
+    traffic(c, d, cc, cd, 1000, 7);
+    const int ok = !HasFailure();
+    if (::write(to_parent[1], &child_slot, sizeof child_slot) != ssize_t(sizeof child_slot)) _exit(3);
+    _exit(ok ? 0 : 1);
+  }
+  ::close(to_parent[1]);
+  traffic(a, b, ca, cb, 1000, 3);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  uint32_t child_slot = 0;
+  ASSERT_EQ(::read(to_parent[0], &child_slot, sizeof child_slot), ssize_t(sizeof child_slot));
+  ::close(to_parent[0]);
+  EXPECT_NE(child_slot, slot_of(a->qp_num)) << "the child has a registry slot of its own";
+  traffic(a, b, ca, cb, 3, 9);
+}
+
+// Every descriptor uroce opens (sockets, eventfds, epoll, userfaultfd,
+// shared files, completion channels) is close-on-exec: an exec'd program
+// inherits none of the NIC.
+TEST_F(Fork, EveryDescriptorIsCloseOnExec) {
+  // SetUp opened the device already; what was not open before is uroce's.
+  // Open more: a channel, a second context, QPs.
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* c = cq(16, ch);
+  ibv_cq *ca, *cb;
+  ibv_qp *a, *b;
+  pair(ca, cb, a, b);
+  traffic(a, b, ca, cb, 2, 1);
+  ibv_context* other = ibv_open_device(list_[0]);
+  ASSERT_NE(other, nullptr);
+  int checked = 0;
+  for (int fd : open_fds()) {
+    if (std::find(fds_before_.begin(), fds_before_.end(), fd) != fds_before_.end()) continue;
+    const int flags = fcntl(fd, F_GETFD);
+    if (flags < 0) continue;  // the directory stream's own descriptor, closed since
+    char path[64], target[256] = {};
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    (void)!readlink(path, target, sizeof target - 1);
+    EXPECT_TRUE(flags & FD_CLOEXEC) << "fd " << fd << " -> " << target;
+    ++checked;
+  }
+  EXPECT_GE(checked, 5) << "socket, eventfds, epoll, channel, registry";
+  EXPECT_EQ(ibv_close_device(other), 0);
+  for (auto it = qps_.rbegin(); it != qps_.rend(); ++it) ASSERT_EQ(ibv_destroy_qp(*it), 0);
+  qps_.clear();
+  for (ibv_cq* q : cqs_) ASSERT_EQ(ibv_destroy_cq(q), 0);
+  cqs_.clear();
+  (void)c;
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+}  // namespace compat_test
