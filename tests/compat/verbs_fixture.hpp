@@ -157,6 +157,35 @@ class Verbs : public ::testing::Test {
   }
   uint64_t addr(size_t off) const { return reinterpret_cast<uintptr_t>(buf_.data()) + off; }
 
+  // Posts one signaled SEND of `s` on `q`; the post's result.
+  static int post_send_one(ibv_qp* q, ibv_sge s, uint64_t wr_id = 0) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(q, &wr, &bad);
+  }
+
+  // A SEND of `len` bytes of pattern `seed` from a (completing on ca) to b
+  // (on cb), received at buf_[at]: both completions succeed, the bytes land.
+  void send_checked(ibv_qp* a, ibv_cq* ca, ibv_qp* b, ibv_cq* cb, uint32_t len, int seed, size_t at = 500000) {
+    ASSERT_EQ(post_recv(b, uint64_t(seed), at, len), 0);
+    for (size_t k = 0; k < len; ++k) buf_[k] = uint8_t(seed * 31 + k * 7 + 1);
+    ASSERT_EQ(post_send_one(a, sge(0, len), uint64_t(seed)), 0);
+    auto sa = poll(ca, 1);
+    ASSERT_EQ(sa.size(), 1u);
+    ASSERT_EQ(sa[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(sa[0].status);
+    auto rb = poll(cb, 1);
+    ASSERT_EQ(rb.size(), 1u);
+    ASSERT_EQ(rb[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(rb[0].status);
+    ASSERT_EQ(rb[0].wr_id, uint64_t(seed));
+    ASSERT_EQ(rb[0].byte_len, len);
+    ASSERT_EQ(std::memcmp(buf_.data() + at, buf_.data(), len), 0) << "message " << seed;
+  }
+
   int post_recv(ibv_qp* q, uint64_t wr_id, size_t off, uint32_t len) {
     ibv_sge s = sge(off, len);
     ibv_recv_wr wr{};

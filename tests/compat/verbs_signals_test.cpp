@@ -56,27 +56,7 @@ class Signals : public Verbs {
 
   // `n` SENDs a -> b, each of its own bytes, checked at the receiver.
   void traffic(int n) {
-    for (int i = 0; i < n; ++i) {
-      ASSERT_EQ(post_recv(b_, uint64_t(i), 500000, 4096), 0);
-      for (size_t k = 0; k < 1000; ++k) buf_[k] = uint8_t(i * 31 + k);
-      ibv_sge s = sge(0, 1000);
-      ibv_send_wr wr{};
-      wr.wr_id = uint64_t(i);
-      wr.sg_list = &s;
-      wr.num_sge = 1;
-      wr.opcode = IBV_WR_SEND;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      ibv_send_wr* bad = nullptr;
-      ASSERT_EQ(ibv_post_send(a_, &wr, &bad), 0);
-      auto sa = poll(ca_, 1);
-      ASSERT_EQ(sa.size(), 1u);
-      ASSERT_EQ(sa[0].status, IBV_WC_SUCCESS);
-      auto rb = poll(cb_, 1);
-      ASSERT_EQ(rb.size(), 1u);
-      ASSERT_EQ(rb[0].status, IBV_WC_SUCCESS);
-      ASSERT_EQ(rb[0].wr_id, uint64_t(i));
-      ASSERT_EQ(std::memcmp(buf_.data() + 500000, buf_.data(), 1000), 0) << "message " << i;
-    }
+    for (int i = 0; i < n && !HasFatalFailure(); ++i) send_checked(a_, ca_, b_, cb_, 1000, i);
   }
 
   ibv_cq *ca_ = nullptr, *cb_ = nullptr;
