@@ -244,4 +244,17 @@ std::optional<uint32_t> ListenerTable::find(const IpAddr& addr, uint64_t sid) co
   return wildcard;
 }
 
+std::vector<std::pair<uint64_t, uint32_t>> ListenerTable::on(const IpAddr& addr) const {
+  std::vector<std::pair<uint64_t, uint32_t>> out;
+  for (const Entry& e : file_->entries) {
+    if (e.owner.load(std::memory_order_relaxed) == 0) continue;
+    View v;
+    if (!read_entry(e, v) || v.service_id == 0 || v.netns != netns_) continue;
+    if (v.addr != addr && !(is_any(v.addr) && covers(v.addr, addr))) continue;
+    if (v.owner != reg_->owner_word() && !reg_->holds(v.slot, v.owner)) continue;
+    out.emplace_back(v.service_id, v.slot);
+  }
+  return out;
+}
+
 }  // namespace uroce::net

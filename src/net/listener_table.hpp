@@ -20,6 +20,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
@@ -51,6 +53,9 @@ class ListenerTable {
   // The slot of a live process of our namespace listening for `service_id`
   // on `addr`, an exact address before an unspecified one.
   std::optional<uint32_t> find(const IpAddr& addr, uint64_t service_id) const;
+  // Every (service ID, slot) of a live process of our namespace listening on
+  // `addr` (exactly, or through an unspecified address that covers it).
+  std::vector<std::pair<uint64_t, uint32_t>> on(const IpAddr& addr) const;
 
   const std::string& path() const noexcept { return path_; }
 

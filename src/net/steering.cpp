@@ -137,7 +137,7 @@ std::vector<sock_filter> steering_program(const SteeringTable& table) {
   b.place(Builder::kLookup);
   for (size_t i = 0; i < slots; ++i) b.ret_if_eq(table.slots[i].slot, table.slots[i].position);
   b.place(Builder::kFallback);
-  b.ret(kSteerFallback);
+  b.ret(table.otherwise);
   return b.finish();
 }
 

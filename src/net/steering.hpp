@@ -11,8 +11,9 @@
 //    CM message by the slot in the comm ID (or SIDR request ID) it carries
 //    back to us, which the CM makes slot << 22 | counter.
 // What the program cannot place (a slot or a service no process of the
-// table has, a datagram too short to read) gets an index past the group,
-// for which the kernel falls back to its usual hash of the addresses.
+// table has, a datagram too short to read) goes to the table's `otherwise`
+// position, or, without one, gets an index past the group, for which the
+// kernel falls back to its usual hash of the addresses.
 //
 // The kernel hands the program the UDP payload (the UDP header is already
 // pulled): offset 0 is the BTH.  It returns the index of a socket in the
@@ -40,6 +41,10 @@ struct SteeringTable {
   };
   std::vector<Slot> slots;
   std::vector<Listener> listeners;
+  // Where what the table cannot place goes: a live member, which drops a
+  // datagram for a QP it does not have and refuses a connection to a service
+  // nobody listens on, as a NIC would; kSteerFallback lets the kernel hash.
+  uint32_t otherwise = 0xffffffffu;
 };
 
 // What the program returns when it cannot place a datagram: past any group,

@@ -1,5 +1,6 @@
 #include "net/udp_io.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
@@ -114,27 +115,12 @@ struct UdpIo::Rings {
 
 UdpIo::~UdpIo() = default;
 
-Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
-  if (cfg.batch == 0 || cfg.batch > kMaxBatch)
-    return err::inval("UdpIo batch " + std::to_string(cfg.batch) + " not in 1.." + std::to_string(kMaxBatch));
-  if (cfg.max_payload < 64 || cfg.max_payload > kMaxUdpPayload)
-    return err::inval("UdpIo max_payload " + std::to_string(cfg.max_payload) + " not in 64.." +
-                      std::to_string(kMaxUdpPayload));
+namespace {
 
-  std::unique_ptr<UdpIo> io(new UdpIo());
-  io->v6_ = !cfg.local.is_v4();
-  io->batch_ = cfg.batch;
-  io->max_payload_ = cfg.max_payload;
-
-  const int family = io->v6_ ? AF_INET6 : AF_INET;
-  io->fd_.reset(::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
-  if (!io->fd_.valid()) {
-    const int e = errno;
-    return sys_error(e, io->v6_ ? "socket(AF_INET6)" : "socket(AF_INET)");
-  }
-  const int fd = io->fd_.get();
-
-  if (io->v6_) {
+// The options every socket of ours has (also each socket of a shared
+// port's group, set by the process that founds it).
+Status configure_socket(int fd, bool v6, const UdpConfig& cfg) {
+  if (v6) {
     UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY"));
     UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"));
     UROCE_TRY(set_int(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"));
@@ -150,9 +136,60 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   if (cfg.gso) {
     int seg = 0;
     socklen_t sl = sizeof seg;
-    io->gso_ = ::getsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, &sl) == 0 &&
-               set_int(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO").ok();
+    if (::getsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, &sl) == 0)
+      (void)set_int(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO");
   }
+  (void)set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.rcvbuf);
+  (void)set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.sndbuf);
+  return {};
+}
+
+// Whether GRO is on for `fd` (and so GSO usable).
+bool gro_on(int fd) {
+  int seg = 0, gro = 0;
+  socklen_t sl = sizeof seg, gl = sizeof gro;
+  return ::getsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, &sl) == 0 &&
+         ::getsockopt(fd, IPPROTO_UDP, UDP_GRO, &gro, &gl) == 0 && gro;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
+  if (cfg.batch == 0 || cfg.batch > kMaxBatch)
+    return err::inval("UdpIo batch " + std::to_string(cfg.batch) + " not in 1.." + std::to_string(kMaxBatch));
+  if (cfg.max_payload < 64 || cfg.max_payload > kMaxUdpPayload)
+    return err::inval("UdpIo max_payload " + std::to_string(cfg.max_payload) + " not in 64.." +
+                      std::to_string(kMaxUdpPayload));
+
+  std::unique_ptr<UdpIo> io(new UdpIo());
+  io->v6_ = !cfg.local.is_v4();
+  io->batch_ = cfg.batch;
+  io->max_payload_ = cfg.max_payload;
+  const Endpoint want{cfg.local, cfg.port};
+  const auto configure = [&](int fd) { return configure_socket(fd, io->v6_, cfg); };
+
+  // The port shared with this user's other processes on the address.
+  if (cfg.share_through && cfg.port != 0) {
+    auto group = PortGroup::join(cfg.share_through, want, configure);
+    if (group.ok()) {
+      io->fd_.reset(::fcntl((*group)->fd(), F_DUPFD_CLOEXEC, 0));
+      if (!io->fd_.valid()) return sys_error(errno, "dup of the port group's socket");
+      io->group_ = std::move(*group);
+    } else {
+      UROCE_LOG(info, "udp: %s not shared (%s): a socket of our own", want.to_string().c_str(),
+                group.status().to_string().c_str());
+    }
+  }
+  if (!io->fd_.valid()) {
+    io->fd_.reset(::socket(io->v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
+    if (!io->fd_.valid()) {
+      const int e = errno;
+      return sys_error(e, io->v6_ ? "socket(AF_INET6)" : "socket(AF_INET)");
+    }
+    UROCE_TRY(configure(io->fd_.get()));
+  }
+  const int fd = io->fd_.get();
+  io->gso_ = cfg.gso && gro_on(fd);
   io->rx_buf_size_ = round_up((io->gso_ ? kGroBufSize : cfg.max_payload) + kRxMargin, kRxAlign);
   {
     int ttl = 0;
@@ -161,12 +198,11 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
         ttl > 0 && ttl < 256)
       io->ttl_ = uint8_t(ttl);
   }
-  io->rcvbuf_ = set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, cfg.rcvbuf);
-  io->sndbuf_ = set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, cfg.sndbuf);
+  io->rcvbuf_ = set_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, 0);
+  io->sndbuf_ = set_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, 0);
 
   sockaddr_storage ss;
-  Endpoint want{cfg.local, cfg.port};
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), want.to_sockaddr(ss)) != 0) {
+  if (!io->group_ && ::bind(fd, reinterpret_cast<sockaddr*>(&ss), want.to_sockaddr(ss)) != 0) {
     const int e = errno;
     if (e == EADDRINUSE && cfg.port != 0) UROCE_TRY(not_held_by_others(want));
     if (e != EADDRINUSE || !cfg.port_fallback || cfg.port == 0) return sys_error(e, "bind " + want.to_string());

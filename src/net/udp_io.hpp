@@ -20,6 +20,7 @@
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
+#include "net/port_group.hpp"
 #include "net/unique_fd.hpp"
 
 namespace uroce::net {
@@ -36,6 +37,11 @@ struct UdpConfig {
   // If `port` is taken (EADDRINUSE), bind an ephemeral port instead; local()
   // tells which.  Same-host peers find it through the HostRegistry.
   bool port_fallback = true;
+  // If set (and port != 0): share the port with this user's other uroce
+  // processes on the address through the registry's port group table
+  // (port_group.hpp), so that each of them is reachable on it; where that
+  // cannot be, a socket of our own as above.
+  std::shared_ptr<HostRegistry> share_through;
   int rcvbuf = 4 << 20;  // bytes asked for; SO_RCVBUFFORCE is tried first
   int sndbuf = 4 << 20;
   size_t batch = 32;                        // datagrams per syscall, 1..kMaxBatch
@@ -90,6 +96,7 @@ class UdpIo final : public PacketIo {
   bool wait_writable() noexcept;
 
   UniqueFd fd_;
+  std::unique_ptr<PortGroup> group_;  // the shared port's group, if we are in one
   Endpoint local_;
   bool v6_ = false;
   size_t batch_ = 0;

@@ -182,6 +182,17 @@ TEST_F(Steering, WhatTheTableCannotPlaceIsHashed) {
   hashed(mad(0x07, 0x0013, 0, 33u << 22, 0, 0));  // answers a slot without a position
 }
 
+// With a position for the rest, what the table cannot place goes there.
+TEST_F(Steering, WhatTheTableCannotPlaceGoesToItsDefault) {
+  SteeringTable t = table();
+  t.otherwise = 2;
+  attach(t);
+  lands_on(qp_packet(33u << 14), 2);
+  lands_on(std::vector<uint8_t>(5, 0), 2);
+  lands_on(mad(0x07, 0x0010, 0x11111111, 0, 0x00000002, uint32_t(kService)), 2);  // a service nobody has
+  lands_on(qp_packet(5u << 14 | 3), 0);                                           // the table still first
+}
+
 // A table larger than one program: what fits is steered, the rest hashed.
 TEST_F(Steering, ALargeTableIsCutToTheProgramsRoom) {
   SteeringTable t;

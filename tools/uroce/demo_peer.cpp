@@ -76,9 +76,12 @@ int run_passive(const Options& o) {
   const PeerInfo me = qp->local_info();
   const Endpoint ep = ctx->local_endpoint();
   say("passive", "pid %d: device %s speaks RoCEv2 on %s", int(::getpid()), ctx->name().c_str(), ep.to_string().c_str());
-  if (ep.port != 4791) {
-    say("passive", "  (UDP 4791 is taken by the active process: peers on this host find");
-    say("passive", "   port %u through the host registry)", ep.port);
+  if (ep.port == 4791) {
+    say("passive", "  (the active process receives on UDP 4791 of this address too: both share the port,");
+    say("passive", "   and each datagram reaches the process whose QP it is for)");
+  } else {
+    say("passive", "  (UDP 4791 is not shared here: peers on this host find port %u", ep.port);
+    say("passive", "   through the host registry)");
   }
   say("passive", "registered %s at %s for REMOTE WRITE, READ and ATOMIC: rkey %s",
       std::to_string(buf.size).append(" bytes").c_str(), hex(mr->addr()).c_str(), hex(mr->rkey(), 8).c_str());

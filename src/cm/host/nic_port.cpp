@@ -2,6 +2,7 @@
 
 #include "common/log.hpp"
 #include "net/listener_table.hpp"
+#include "net/port_group.hpp"
 #include "net/registry.hpp"
 #include "transport/nic.hpp"
 
@@ -71,13 +72,21 @@ std::optional<uint16_t> RegistryDirectory::port_of(uint32_t slot, const IpAddr& 
   return reg_->lookup_port(slot, addr);
 }
 
+// A connection request from anywhere reaches the listener's process on a
+// shared port once the port's steering knows the listener.
 Status RegistryDirectory::add_listener(const IpAddr& addr, uint64_t sid) noexcept {
   net::ListenerTable* t = table();
-  return t ? t->add(addr, sid) : Status{};
+  if (!t) return {};
+  UROCE_TRY(t->add(addr, sid));
+  net::PortGroup::steer_all();
+  return {};
 }
 
 void RegistryDirectory::remove_listener(const IpAddr& addr, uint64_t sid) noexcept {
-  if (net::ListenerTable* t = table()) t->remove(addr, sid);
+  if (net::ListenerTable* t = table()) {
+    t->remove(addr, sid);
+    net::PortGroup::steer_all();
+  }
 }
 
 std::optional<uint32_t> RegistryDirectory::find_listener(const IpAddr& addr, uint64_t sid) const noexcept {

@@ -8,6 +8,7 @@
 
 #include "common/log.hpp"
 #include "net/fault_io.hpp"
+#include "net/port_group.hpp"
 #include "net/registry.hpp"
 #include "net/shm_io.hpp"
 #include "net/stats_file.hpp"
@@ -65,6 +66,7 @@ void after_fork_in_child() noexcept {
   forking().clear();
   nics().clear();
   g_nics_mu.unlock();
+  net::PortGroup::after_fork_in_child();  // the child is no member of the parent's shared ports
 }
 
 [[maybe_unused]] const int g_fork_handlers = ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
@@ -130,6 +132,13 @@ Status Nic::open_io(const IoFactory* factory) {
     ucfg.local = cfg_.addr;
     ucfg.port = cfg_.port;
     ucfg.port_fallback = cfg_.port_fallback;
+    // One port for all of this user's processes on the address, as a NIC
+    // is shared (net/port_group.hpp); UROCE_SHARED_PORT=0 keeps the older
+    // first-come port with an ephemeral one for the others.  The shared-
+    // memory path (UROCE_SHM=1) names its rings after the processes' UDP
+    // endpoints, which must then differ.
+    const char* shared = std::getenv("UROCE_SHARED_PORT");
+    if (!(shared && std::string_view(shared) == "0") && !net::ShmIo::enabled_by_env()) ucfg.share_through = registry_;
     const char* gso = std::getenv("UROCE_GSO");
     ucfg.gso = !(gso && std::string_view(gso) == "0");
     auto io = net::UdpIo::open(ucfg);

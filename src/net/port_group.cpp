@@ -1,0 +1,407 @@
+#include "net/port_group.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "common/log.hpp"
+#include "common/own_mappings.hpp"
+#include "common/quiet_thread.hpp"
+#include "net/listener_table.hpp"
+#include "net/proc_info.hpp"
+#include "net/registry.hpp"
+
+namespace uroce::net {
+namespace ports {
+
+inline constexpr uint64_t kMagic = 0x53545250454f5255ULL;  // "UROEPRTS" in memory order
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kGroups = 64;
+
+struct Member {
+  uint64_t owner;  // registry owner word of the process holding the position; 0 = free
+  uint32_t slot;
+  uint32_t reserved;
+};
+
+struct Group {
+  uint64_t netns;
+  uint64_t addr_hi, addr_lo;
+  uint32_t port;
+  uint32_t reserved;
+  Member members[PortGroup::kPositions];
+};
+
+struct File {
+  uint64_t magic;
+  uint32_t version, groups;
+  uint8_t reserved[48];
+  Group group[kGroups];
+};
+
+}  // namespace ports
+
+namespace {
+
+uint64_t half(const IpAddr& a, int h) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | a.bytes()[size_t(h * 8 + i)];
+  return v;
+}
+
+// The groups of this process (steer_all, after_fork_in_child).  The mutex
+// is made anew in a forked child, where a thread of the parent may have
+// held it (in place: nothing to leak).
+alignas(std::mutex) unsigned char g_groups_mu_storage[sizeof(std::mutex)];
+std::mutex* g_groups_mu = new (g_groups_mu_storage) std::mutex;
+std::mutex& groups_mu() { return *g_groups_mu; }
+std::vector<PortGroup*>& groups() {
+  static auto* v = new std::vector<PortGroup*>;
+  return *v;
+}
+
+Status sys_error(const std::string& what, int e = errno) {
+  return err::from_errno(e, "port group: " + what + ": " + std::strerror(e));
+}
+
+// The abstract Unix socket of the member in `slot`.
+socklen_t server_name(sockaddr_un& a, const Endpoint& at, uint64_t netns, uint32_t slot) {
+  std::memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  const int n = std::snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "uroce-port-%u-%llx-%s-%u", unsigned(::geteuid()),
+                              static_cast<unsigned long long>(netns), at.to_string().c_str(), slot);
+  return socklen_t(offsetof(sockaddr_un, sun_path) + 1 + size_t(n));
+}
+
+bool peer_is_us(int fd) {
+  ucred c{};
+  socklen_t len = sizeof c;
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) == 0 && c.uid == ::geteuid();
+}
+
+// Whether `fd` is a UDP socket bound to `at` in an SO_REUSEPORT group.
+bool is_group_socket(int fd, const Endpoint& at) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+  auto e = Endpoint::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+  int reuse = 0;
+  socklen_t rl = sizeof reuse;
+  return e && *e == at && ::getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuse, &rl) == 0 && reuse;
+}
+
+}  // namespace
+
+Status PortGroup::lock() noexcept {
+  while (::flock(file_fd_.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return sys_error("flock " + path_);
+  return {};
+}
+
+void PortGroup::unlock() noexcept { (void)::flock(file_fd_.get(), LOCK_UN); }
+
+bool PortGroup::live(uint32_t i) const noexcept {
+  const ports::Member& m = file_->group[group_].members[i];
+  return m.owner != 0 && reg_->holds(m.slot, m.owner);
+}
+
+Result<std::unique_ptr<PortGroup>> PortGroup::join(std::shared_ptr<HostRegistry> reg, const Endpoint& at,
+                                                   const Configure& configure) {
+  auto g = join_locked(std::move(reg), at, configure);
+  if (g.ok()) {  // after the table's lock: steer_all() takes the two the other way round
+    std::lock_guard lg(groups_mu());
+    groups().push_back(g->get());
+  }
+  return g;
+}
+
+Result<std::unique_ptr<PortGroup>> PortGroup::join_locked(std::shared_ptr<HostRegistry> reg, const Endpoint& at,
+                                                          const Configure& configure) {
+  std::unique_ptr<PortGroup> g(new PortGroup());
+  g->reg_ = std::move(reg);
+  g->at_ = at;
+  g->netns_ = ns_inode("net");
+  g->path_ = g->reg_->path() + ".ports";
+  g->file_fd_.reset(::open(g->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!g->file_fd_.valid()) return sys_error("open " + g->path_);
+  UROCE_TRY(g->lock());
+  struct Unlock {
+    PortGroup* g;
+    ~Unlock() { g->unlock(); }
+  } unlock{g.get()};
+  struct stat st;
+  if (::fstat(g->file_fd_.get(), &st) != 0) return sys_error("fstat " + g->path_);
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077))
+    return err::access("port group table " + g->path_ + ": not a private file of ours");
+  if (st.st_size == 0) {
+    if (int e = ::posix_fallocate(g->file_fd_.get(), 0, sizeof(ports::File)); e != 0)
+      return sys_error("posix_fallocate " + g->path_, e);
+  } else if (size_t(st.st_size) != sizeof(ports::File)) {
+    return err::from_errno(EPROTO, "port group table " + g->path_ + ": another uroce version's");
+  }
+  void* p = own_mappings::map(sizeof(ports::File), PROT_READ | PROT_WRITE, MAP_SHARED, g->file_fd_.get(), 0);
+  if (p == MAP_FAILED) return sys_error("mmap " + g->path_);
+  g->file_ = static_cast<ports::File*>(p);
+  ports::File& f = *g->file_;
+  if (f.magic == 0) {
+    f.version = ports::kVersion;
+    f.groups = ports::kGroups;
+    f.magic = ports::kMagic;
+  } else if (f.magic != ports::kMagic || f.version != ports::kVersion) {
+    return err::from_errno(EPROTO, "port group table " + g->path_ + ": another uroce version's");
+  }
+
+  // Our group's entry: the one for this namespace, address and port, else
+  // one no live process uses.
+  const uint64_t hi = half(at.addr, 0), lo = half(at.addr, 1);
+  int mine = -1, spare = -1;
+  for (uint32_t i = 0; i < ports::kGroups && mine < 0; ++i) {
+    ports::Group& gr = f.group[i];
+    g->group_ = i;
+    bool any_live = false;
+    for (uint32_t k = 0; k < kPositions && !any_live; ++k) any_live = g->live(k);
+    if (gr.netns == g->netns_ && gr.addr_hi == hi && gr.addr_lo == lo && gr.port == at.port)
+      mine = int(i);
+    else if (!any_live && spare < 0)
+      spare = int(i);
+  }
+  if (mine < 0) {
+    if (spare < 0) return err::from_errno(ENOSPC, "port group table " + g->path_ + ": full");
+    mine = spare;
+    ports::Group& gr = f.group[mine];
+    std::memset(&gr, 0, sizeof gr);
+    gr.netns = g->netns_;
+    gr.addr_hi = hi;
+    gr.addr_lo = lo;
+    gr.port = at.port;
+  }
+  g->group_ = uint32_t(mine);
+
+  bool any_live = false;
+  for (uint32_t k = 0; k < kPositions; ++k) any_live |= g->live(k);
+  if (any_live) {
+    UROCE_TRY(g->fetch());
+  } else {
+    UROCE_TRY(g->found(configure));
+  }
+  UROCE_TRY(g->claim());
+  UROCE_TRY(g->start_serving());
+  UROCE_TRY(g->steer_locked());
+  return g;
+}
+
+// Binds the group's sockets, in order: position i is the i-th to join.
+// Only on a free port: sockets of ours already there (a group of another
+// registry, for another UROCE_RUNTIME_DIR, or any other program's) would
+// put ours at other indexes than the positions we number.
+Status PortGroup::found(const Configure& configure) {
+  {
+    UniqueFd probe(::socket(at_.addr.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP));
+    sockaddr_storage ss;
+    if (!probe.valid()) return sys_error("socket");
+    if (::bind(probe.get(), reinterpret_cast<sockaddr*>(&ss), at_.to_sockaddr(ss)) != 0)
+      return sys_error("bind " + at_.to_string() + " (held outside this registry's group)");
+  }
+  ports::Group& gr = file_->group[group_];
+  std::memset(gr.members, 0, sizeof gr.members);
+  socks_.clear();
+  for (uint32_t i = 0; i < kPositions; ++i) {
+    UniqueFd fd(
+        ::socket(at_.addr.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
+    if (!fd.valid()) return sys_error("socket");
+    const int one = 1;
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) return sys_error("SO_REUSEPORT");
+    if (configure) UROCE_TRY(configure(fd.get()));
+    sockaddr_storage ss;
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), at_.to_sockaddr(ss)) != 0)
+      return sys_error("bind " + at_.to_string());
+    socks_.push_back(std::move(fd));
+  }
+  return {};
+}
+
+// Gets the sockets from a live member.
+Status PortGroup::fetch() {
+  const ports::Group& gr = file_->group[group_];
+  std::string why = "no live member answered";
+  for (uint32_t i = 0; i < kPositions; ++i) {
+    if (!live(i)) continue;
+    UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!c.valid()) return sys_error("socket(AF_UNIX)");
+    const timeval tv{2, 0};
+    (void)::setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_un a;
+    const socklen_t len = server_name(a, at_, netns_, gr.members[i].slot);
+    if (::connect(c.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) {
+      why = std::string("connect to the member in slot ") + std::to_string(gr.members[i].slot) + ": " +
+            std::strerror(errno);
+      continue;
+    }
+    if (!peer_is_us(c.get())) {
+      why = "a member's socket is not ours";
+      continue;
+    }
+    char byte;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kPositions)];
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    if (::recvmsg(c.get(), &m, MSG_CMSG_CLOEXEC) != 1) {
+      why = "no sockets from the member in slot " + std::to_string(gr.members[i].slot);
+      continue;
+    }
+    std::vector<UniqueFd> got;
+    for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+        const size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t k = 0; k < n; ++k) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(h) + k * sizeof(int), sizeof fd);
+          got.emplace_back(fd);
+        }
+      }
+    bool ok = got.size() == kPositions && !(m.msg_flags & MSG_CTRUNC);
+    for (size_t k = 0; ok && k < got.size(); ++k) ok = is_group_socket(got[k].get(), at_);
+    if (!ok) {
+      why = "the member in slot " + std::to_string(gr.members[i].slot) + " sent something else";
+      continue;
+    }
+    socks_ = std::move(got);
+    return {};
+  }
+  return err::from_errno(EAGAIN, "port group " + at_.to_string() + ": " + why);
+}
+
+Status PortGroup::claim() {
+  ports::Group& gr = file_->group[group_];
+  for (uint32_t i = 0; i < kPositions; ++i) {
+    if (live(i)) continue;
+    gr.members[i].owner = reg_->owner_word();
+    gr.members[i].slot = reg_->slot();
+    position_ = i;
+    return {};
+  }
+  return err::from_errno(
+      ENOSPC, "port group " + at_.to_string() + ": all " + std::to_string(kPositions) + " positions are taken");
+}
+
+Status PortGroup::steer() {
+  UROCE_TRY(lock());
+  Status s = steer_locked();
+  unlock();
+  return s;
+}
+
+void PortGroup::steer_all() noexcept {
+  std::lock_guard lg(groups_mu());
+  for (PortGroup* g : groups())
+    if (Status s = g->steer(); !s.ok())
+      UROCE_LOG(warn, "port group %s: %s", g->at_.to_string().c_str(), s.to_string().c_str());
+}
+
+Status PortGroup::steer_locked() {
+  SteeringTable t;
+  for (uint32_t i = 0; i < kPositions; ++i)
+    if (live(i)) {
+      t.slots.push_back({file_->group[group_].members[i].slot, i});
+      if (t.otherwise == kSteerFallback) t.otherwise = i;  // the lowest live position
+    }
+  if (!listeners_) {
+    auto lt = ListenerTable::open(reg_);
+    if (lt.ok()) listeners_ = std::move(*lt);
+  }
+  if (listeners_)
+    for (const auto& [sid, slot] : listeners_->on(at_.addr)) t.listeners.push_back({sid, slot});
+  return attach_steering(fd(), steering_program(t));
+}
+
+Status PortGroup::start_serving() {
+  listen_fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listen_fd_.valid()) return sys_error("socket(AF_UNIX)");
+  sockaddr_un a;
+  const socklen_t len = server_name(a, at_, netns_, reg_->slot());
+  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listen_fd_.get(), 16) != 0)
+    return sys_error("serving the group's sockets");
+  server_ = start_quiet_thread("uroce-port", [this] { serve_loop(); });
+  return {};
+}
+
+void PortGroup::serve_loop() noexcept {
+  std::vector<int> fds;
+  for (const UniqueFd& s : socks_) fds.push_back(s.get());
+  while (true) {
+    const int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // shut down: we are leaving
+    }
+    if (peer_is_us(c)) {
+      char byte = 1;
+      iovec iov{&byte, 1};
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kPositions)] = {};
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = ctl;
+      m.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* h = CMSG_FIRSTHDR(&m);
+      h->cmsg_level = SOL_SOCKET;
+      h->cmsg_type = SCM_RIGHTS;
+      h->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(h), fds.data(), sizeof(int) * fds.size());
+      (void)::sendmsg(c, &m, MSG_NOSIGNAL);
+    }
+    ::close(c);
+  }
+}
+
+PortGroup::~PortGroup() {
+  {
+    std::lock_guard lg(groups_mu());
+    std::erase(groups(), this);
+  }
+  if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // ends accept()
+  if (server_.joinable()) server_.join();
+  if (file_) {
+    if (lock().ok()) {
+      ports::Member& me = file_->group[group_].members[position_];
+      if (me.owner == reg_->owner_word()) {
+        me.owner = 0;
+        me.slot = 0;
+        if (!socks_.empty()) (void)steer_locked();  // without us
+      }
+      unlock();
+    }
+    own_mappings::unmap(file_, sizeof(ports::File));
+  }
+}
+
+void PortGroup::after_fork_in_child() noexcept {
+  // The child is no member: it closes its copies (else the group's sockets
+  // would outlive every member, and the next group on the port would not
+  // have its sockets at the positions it numbers), here and never again:
+  // the groups of the parent are never destroyed in the child (their NICs
+  // are kept, unused: transport/nic.cpp).
+  g_groups_mu = new (g_groups_mu_storage) std::mutex;
+  for (PortGroup* g : groups()) {
+    for (UniqueFd& s : g->socks_) ::close(s.release());
+    ::close(g->listen_fd_.release());
+    ::close(g->file_fd_.release());
+  }
+  groups().clear();
+}
+
+}  // namespace uroce::net

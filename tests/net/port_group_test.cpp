@@ -1,0 +1,207 @@
+// PortGroup: one UDP port shared by the processes of one user.  Members are
+// registry slots (each HostRegistry::open claims one), in this process or in
+// forked children; a datagram for a member's QPs must reach that member's
+// socket however members come and go, SIGKILL included.  Every test uses
+// its own registry file (so its own port group table).
+#include "net/port_group.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/registry.hpp"
+#include "net/unique_fd.hpp"
+
+namespace uroce::net {
+namespace {
+
+const Endpoint kAt{*IpAddr::parse("127.0.82.1"), 4791};
+
+// A datagram for QP `qpn` of the registry slot `slot`.
+std::vector<uint8_t> for_slot(uint32_t slot, uint32_t index = 7) {
+  const uint32_t qpn = slot << 14 | index;
+  std::vector<uint8_t> p(40, 0x5c);
+  p[0] = 0x04;
+  p[4] = 0;
+  p[5] = uint8_t(qpn >> 16);
+  p[6] = uint8_t(qpn >> 8);
+  p[7] = uint8_t(qpn);
+  return p;
+}
+
+class PortGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/uroce-port-group-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/registry";
+    for (int i = 0; i < 8; ++i) {
+      UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+      ASSERT_TRUE(s.valid());
+      senders_.push_back(std::move(s));
+    }
+  }
+  void TearDown() override { (void)std::system(("rm -rf '" + dir_ + "'").c_str()); }
+
+  std::shared_ptr<HostRegistry> registry() {
+    auto r = HostRegistry::open(path_);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : nullptr;
+  }
+
+  // Sends a datagram for `slot` from each sender (8 source ports).
+  void send_to(uint32_t slot) {
+    sockaddr_storage ss;
+    const socklen_t len = kAt.to_sockaddr(ss);
+    const auto p = for_slot(slot);
+    for (const UniqueFd& s : senders_)
+      ASSERT_EQ(::sendto(s.get(), p.data(), p.size(), 0, reinterpret_cast<sockaddr*>(&ss), len), ssize_t(p.size()));
+  }
+
+  std::string dir_, path_;
+  std::vector<UniqueFd> senders_;
+};
+
+// How many datagrams for `slot` arrive on `fd` (waiting until `want` did,
+// or a little); minus the number of others if any other arrived.
+int receive(int fd, uint32_t slot, int want) {
+  int got = 0, others = 0;
+  for (int round = 0; round < 100 && got < want; ++round) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) != 1) continue;
+    uint8_t buf[256];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+      const uint32_t qpn = uint32_t(buf[5]) << 16 | uint32_t(buf[6]) << 8 | buf[7];
+      if (n == 40 && qpn >> 14 == slot)
+        ++got;
+      else
+        ++others;
+    }
+  }
+  return others ? -others : got;
+}
+
+TEST_F(PortGroupTest, EachMemberReceivesItsOwnDatagrams) {
+  auto ra = registry(), rb = registry(), rc = registry();
+  ASSERT_TRUE(ra && rb && rc);
+  auto a = PortGroup::join(ra, kAt, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = PortGroup::join(rb, kAt, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto c = PortGroup::join(rc, kAt, nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ((*a)->position(), 0u);
+  EXPECT_EQ((*b)->position(), 1u);
+  EXPECT_EQ((*c)->position(), 2u);
+  for (auto* m : {&a, &b, &c}) {
+    const PortGroup& g = ***m;
+    const uint32_t slot = m == &a ? ra->slot() : m == &b ? rb->slot() : rc->slot();
+    send_to(slot);
+    EXPECT_EQ(receive(g.fd(), slot, 8), 8) << "slot " << slot;
+  }
+  // One leaves: the others go on, and its position goes to the next one.
+  b->reset();
+  send_to(rc->slot());
+  EXPECT_EQ(receive((*c)->fd(), rc->slot(), 8), 8);
+  auto rd = registry();
+  auto d = PortGroup::join(rd, kAt, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ((*d)->position(), 1u);
+  send_to(rd->slot());
+  EXPECT_EQ(receive((*d)->fd(), rd->slot(), 8), 8);
+  send_to(ra->slot());
+  EXPECT_EQ(receive((*a)->fd(), ra->slot(), 8), 8);
+}
+
+// A member in another process is killed (SIGKILL: it leaves nothing in
+// order); the group goes on, and the next process takes its position.
+TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
+#endif
+  auto ra = registry();
+  auto a = PortGroup::join(ra, kAt, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  int report[2], go[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    PortGroup::after_fork_in_child();
+    auto rb = HostRegistry::open(path_);
+    if (!rb.ok()) _exit(2);
+    auto b = PortGroup::join(*rb, kAt, nullptr);
+    if (!b.ok()) _exit(3);
+    const uint32_t v[2] = {(*rb)->slot(), (*b)->position()};
+    (void)!::write(report[1], v, sizeof v);
+    char c;
+    (void)!::read(go[0], &c, 1);  // until killed
+    const uint32_t n = uint32_t(receive((*b)->fd(), (*rb)->slot(), 8));
+    (void)!::write(report[1], &n, sizeof n);
+    ::pause();
+    _exit(0);
+  }
+  uint32_t v[2] = {};
+  ASSERT_EQ(::read(report[0], v, sizeof v), ssize_t(sizeof v));
+  EXPECT_EQ(v[1], 1u);
+  send_to(v[0]);
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  uint32_t n = 0;
+  ASSERT_EQ(::read(report[0], &n, sizeof n), ssize_t(sizeof n));
+  EXPECT_EQ(n, 8u) << "the child received its datagrams";
+  ::kill(pid, SIGKILL);
+  int st;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  send_to(ra->slot());
+  EXPECT_EQ(receive((*a)->fd(), ra->slot(), 8), 8);
+  auto rc = registry();
+  auto c = PortGroup::join(rc, kAt, nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ((*c)->position(), 1u) << "the killed member's position";
+  send_to(rc->slot());
+  EXPECT_EQ(receive((*c)->fd(), rc->slot(), 8), 8);
+  ::close(report[0]), ::close(report[1]), ::close(go[0]), ::close(go[1]);
+}
+
+// When every member is gone the group is gone with them: the next process
+// founds a new one on the same port.
+TEST_F(PortGroupTest, TheLastMemberTakesTheGroupWithIt) {
+  auto ra = registry();
+  {
+    auto a = PortGroup::join(ra, kAt, nullptr);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+  }
+  auto rb = registry();
+  auto b = PortGroup::join(rb, kAt, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ((*b)->position(), 0u);
+  send_to(rb->slot());
+  EXPECT_EQ(receive((*b)->fd(), rb->slot(), 8), 8);
+}
+
+// A port held outside a group (a plain socket) cannot be shared.
+TEST_F(PortGroupTest, APortHeldOutsideAGroupIsRefused) {
+  UniqueFd plain(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage ss;
+  const Endpoint at{kAt.addr, 4792};
+  ASSERT_EQ(::bind(plain.get(), reinterpret_cast<sockaddr*>(&ss), at.to_sockaddr(ss)), 0);
+  auto a = PortGroup::join(registry(), at, nullptr);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), EADDRINUSE) << a.status().to_string();
+}
+
+}  // namespace
+}  // namespace uroce::net
