@@ -25,7 +25,9 @@
 namespace uroce::net {
 namespace {
 
-const Endpoint kAt{*IpAddr::parse("127.0.82.1"), 4791};
+// Each test its own address: ctest runs them at the same time, and groups
+// of different registries must not meet on one port.
+Endpoint address(int n) { return {*IpAddr::parse("127.0.91." + std::to_string(n)), 4791}; }
 
 // A datagram for QP `qpn` of the registry slot `slot`.
 std::vector<uint8_t> for_slot(uint32_t slot, uint32_t index = 7) {
@@ -63,7 +65,7 @@ class PortGroupTest : public ::testing::Test {
   // Sends a datagram for `slot` from each sender (8 source ports).
   void send_to(uint32_t slot) {
     sockaddr_storage ss;
-    const socklen_t len = kAt.to_sockaddr(ss);
+    const socklen_t len = at_.to_sockaddr(ss);
     const auto p = for_slot(slot);
     for (const UniqueFd& s : senders_)
       ASSERT_EQ(::sendto(s.get(), p.data(), p.size(), 0, reinterpret_cast<sockaddr*>(&ss), len), ssize_t(p.size()));
@@ -71,6 +73,7 @@ class PortGroupTest : public ::testing::Test {
 
   std::string dir_, path_;
   std::vector<UniqueFd> senders_;
+  Endpoint at_;
 };
 
 // How many datagrams for `slot` arrive on `fd` (waiting until `want` did,
@@ -94,13 +97,14 @@ int receive(int fd, uint32_t slot, int want) {
 }
 
 TEST_F(PortGroupTest, EachMemberReceivesItsOwnDatagrams) {
+  at_ = address(1);
   auto ra = registry(), rb = registry(), rc = registry();
   ASSERT_TRUE(ra && rb && rc);
-  auto a = PortGroup::join(ra, kAt, nullptr);
+  auto a = PortGroup::join(ra, at_, nullptr);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
-  auto b = PortGroup::join(rb, kAt, nullptr);
+  auto b = PortGroup::join(rb, at_, nullptr);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
-  auto c = PortGroup::join(rc, kAt, nullptr);
+  auto c = PortGroup::join(rc, at_, nullptr);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ((*a)->position(), 0u);
   EXPECT_EQ((*b)->position(), 1u);
@@ -116,7 +120,7 @@ TEST_F(PortGroupTest, EachMemberReceivesItsOwnDatagrams) {
   send_to(rc->slot());
   EXPECT_EQ(receive((*c)->fd(), rc->slot(), 8), 8);
   auto rd = registry();
-  auto d = PortGroup::join(rd, kAt, nullptr);
+  auto d = PortGroup::join(rd, at_, nullptr);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ((*d)->position(), 1u);
   send_to(rd->slot());
@@ -131,8 +135,9 @@ TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
 #endif
+  at_ = address(2);
   auto ra = registry();
-  auto a = PortGroup::join(ra, kAt, nullptr);
+  auto a = PortGroup::join(ra, at_, nullptr);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   int report[2], go[2];
   ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
@@ -143,7 +148,7 @@ TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
     PortGroup::after_fork_in_child();
     auto rb = HostRegistry::open(path_);
     if (!rb.ok()) _exit(2);
-    auto b = PortGroup::join(*rb, kAt, nullptr);
+    auto b = PortGroup::join(*rb, at_, nullptr);
     if (!b.ok()) _exit(3);
     const uint32_t v[2] = {(*rb)->slot(), (*b)->position()};
     (void)!::write(report[1], v, sizeof v);
@@ -168,7 +173,7 @@ TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
   send_to(ra->slot());
   EXPECT_EQ(receive((*a)->fd(), ra->slot(), 8), 8);
   auto rc = registry();
-  auto c = PortGroup::join(rc, kAt, nullptr);
+  auto c = PortGroup::join(rc, at_, nullptr);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ((*c)->position(), 1u) << "the killed member's position";
   send_to(rc->slot());
@@ -179,13 +184,14 @@ TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
 // When every member is gone the group is gone with them: the next process
 // founds a new one on the same port.
 TEST_F(PortGroupTest, TheLastMemberTakesTheGroupWithIt) {
+  at_ = address(3);
   auto ra = registry();
   {
-    auto a = PortGroup::join(ra, kAt, nullptr);
+    auto a = PortGroup::join(ra, at_, nullptr);
     ASSERT_TRUE(a.ok()) << a.status().to_string();
   }
   auto rb = registry();
-  auto b = PortGroup::join(rb, kAt, nullptr);
+  auto b = PortGroup::join(rb, at_, nullptr);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ((*b)->position(), 0u);
   send_to(rb->slot());
@@ -196,7 +202,7 @@ TEST_F(PortGroupTest, TheLastMemberTakesTheGroupWithIt) {
 TEST_F(PortGroupTest, APortHeldOutsideAGroupIsRefused) {
   UniqueFd plain(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_storage ss;
-  const Endpoint at{kAt.addr, 4792};
+  const Endpoint at = address(4);
   ASSERT_EQ(::bind(plain.get(), reinterpret_cast<sockaddr*>(&ss), at.to_sockaddr(ss)), 0);
   auto a = PortGroup::join(registry(), at, nullptr);
   ASSERT_FALSE(a.ok());

@@ -64,7 +64,7 @@ class Steering : public ::testing::Test {
  protected:
   void SetUp() override {
     addr_.sin_family = AF_INET;
-    addr_.sin_addr.s_addr = htonl(0x7f005101);  // 127.0.81.1
+    addr_.sin_addr.s_addr = htonl(0x7f005b64);  // 127.0.91.100
     for (int i = 0; i < kGroup; ++i) {
       const int fd = udp_socket();
       ASSERT_GE(fd, 0);
