@@ -102,13 +102,17 @@ bool UnmapWatch::watch(uint64_t addr, uint64_t len) noexcept {
   const auto [lo, hi] = pages_of(addr, len);
   std::lock_guard g(mu_);
   if (!open_locked()) return false;
+  if (auto it = ranges_.find({lo, hi}); it != ranges_.end()) {  // registered already
+    ++it->second;
+    return true;
+  }
   if (!uffd_range(fd_, UFFDIO_REGISTER, lo, hi)) {
     UROCE_LOG(debug, "unmap watch: cannot watch [0x%llx, 0x%llx): %s", (unsigned long long)lo, (unsigned long long)hi,
               std::strerror(errno));
     return false;
   }
   try {
-    ranges_.emplace_back(lo, hi);
+    ranges_.emplace(std::make_pair(lo, hi), 1u);
   } catch (...) {
     uffd_range(fd_, UFFDIO_UNREGISTER, lo, hi);
     return false;
@@ -121,8 +125,9 @@ void UnmapWatch::unwatch(uint64_t addr, uint64_t len) noexcept {
   const auto [lo, hi] = pages_of(addr, len);
   {
     std::lock_guard g(mu_);
-    auto it = std::find(ranges_.begin(), ranges_.end(), std::make_pair(lo, hi));
+    auto it = ranges_.find({lo, hi});
     if (it == ranges_.end()) return;
+    if (--it->second > 0) return;  // other regions still watch these pages
     ranges_.erase(it);
     try {
       released_.emplace_back(lo, hi);
@@ -140,8 +145,10 @@ void UnmapWatch::release_pending() noexcept {
   std::lock_guard g(mu_);
   for (const auto& [lo, hi] : released_) {
     std::vector<std::pair<uint64_t, uint64_t>> cover;
-    for (const auto& r : ranges_)
-      if (r.first < hi && r.second > lo) cover.emplace_back(std::max(r.first, lo), std::min(r.second, hi));
+    for (const auto& [r, count] : ranges_) {
+      if (r.first >= hi) break;  // ordered by start: none further covers
+      if (r.second > lo) cover.emplace_back(std::max(r.first, lo), std::min(r.second, hi));
+    }
     std::sort(cover.begin(), cover.end());
     uint64_t at = lo;
     for (const auto& c : cover) {

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -70,7 +71,9 @@ class UnmapWatch {
   int wake_fd_ = -1;                                     // eventfd: ranges were released
   std::vector<std::pair<uint64_t, uint64_t>> released_;  // by unwatch(), for the thread
   bool tried_ = false;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges_;  // page-aligned, one per watch()
+  // Page-aligned ranges watched, each with the number of watch() calls for
+  // it (many regions over the same pages are common: one registration).
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> ranges_;
   std::atomic<Stamp> stamp_{nullptr};
   std::atomic<Handler> handler_{nullptr};
 };
