@@ -1,6 +1,7 @@
 #include "net/port_group.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -196,6 +197,7 @@ Result<std::unique_ptr<PortGroup>> PortGroup::join_locked(std::shared_ptr<HostRe
   }
   UROCE_TRY(g->claim());
   UROCE_TRY(g->start_serving());
+  std::lock_guard lg(g->steer_mu_);
   UROCE_TRY(g->steer_locked());
   return g;
 }
@@ -292,6 +294,11 @@ Status PortGroup::claim() {
     gr.members[i].owner = reg_->owner_word();
     gr.members[i].slot = reg_->slot();
     position_ = i;
+    // What was queued for a process that held the position before us (it
+    // may have had our registry slot, hence our QP numbers).
+    char byte;
+    while (::recv(socks_[i].get(), &byte, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0) {
+    }
     return {};
   }
   return err::from_errno(
@@ -299,10 +306,19 @@ Status PortGroup::claim() {
 }
 
 Status PortGroup::steer() {
+  std::lock_guard lg(steer_mu_);
   UROCE_TRY(lock());
   Status s = steer_locked();
   unlock();
   return s;
+}
+
+bool PortGroup::stale() const noexcept {
+  std::lock_guard lg(steer_mu_);
+  if (steered_otherwise_ != kSteerFallback && !live(steered_otherwise_)) return true;
+  for (uint32_t slot : steered_listener_slots_)
+    if (!reg_->alive(slot)) return true;
+  return false;
 }
 
 void PortGroup::steer_all() noexcept {
@@ -325,7 +341,11 @@ Status PortGroup::steer_locked() {
   }
   if (listeners_)
     for (const auto& [sid, slot] : listeners_->on(at_.addr)) t.listeners.push_back({sid, slot});
-  return attach_steering(fd(), steering_program(t));
+  UROCE_TRY(attach_steering(fd(), steering_program(t)));
+  steered_otherwise_ = t.otherwise;
+  steered_listener_slots_.clear();
+  for (const auto& l : t.listeners) steered_listener_slots_.push_back(l.slot);
+  return {};
 }
 
 Status PortGroup::start_serving() {
@@ -343,9 +363,18 @@ void PortGroup::serve_loop() noexcept {
   std::vector<int> fds;
   for (const UniqueFd& s : socks_) fds.push_back(s.get());
   while (true) {
-    const int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    pollfd p{listen_fd_.get(), POLLIN, 0};
+    const int n = ::poll(&p, 1, int(kResteerPeriod.count()));
+    if (n == 0 || (n < 0 && errno == EINTR)) {
+      if (n == 0 && stale())
+        if (Status s = steer(); !s.ok())
+          UROCE_LOG(warn, "port group %s: %s", at_.to_string().c_str(), s.to_string().c_str());
+      continue;
+    }
+    if (n < 0 || (p.revents & (POLLHUP | POLLERR | POLLNVAL))) return;  // shut down: we are leaving
+    const int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
       return;  // shut down: we are leaving
     }
     if (peer_is_us(c)) {
@@ -381,6 +410,7 @@ PortGroup::~PortGroup() {
       if (me.owner == reg_->owner_word()) {
         me.owner = 0;
         me.slot = 0;
+        std::lock_guard lg(steer_mu_);
         if (!socks_.empty()) (void)steer_locked();  // without us
       }
       unlock();

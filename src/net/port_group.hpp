@@ -19,8 +19,12 @@
 // of the steering program.  An entry counts while its registry slot is held
 // by the process that claimed it (HostRegistry::holds): the position of a
 // process that died (SIGKILL included) is free for the next one, which
-// finds in its socket what was queued for the dead process (unknown QPs:
-// dropped and counted as such).
+// empties its socket of what was queued for the dead process first.  A
+// process that dies leaves the program steering to its position until a
+// member notices: each member checks once a second (kResteerPeriod) that
+// the positions and listeners its last program relied on for what no QP
+// number places (rdma_cm requests, the default position) are still live,
+// and steers again if not.
 //
 // A newcomer gets the sockets from a live member over a Unix socket in the
 // abstract namespace of our network namespace, named after the uid, the
@@ -29,9 +33,11 @@
 // own (uroce-port, blocking in accept, none of the application's signals).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -52,6 +58,7 @@ struct File;
 class PortGroup {
  public:
   static constexpr uint32_t kPositions = 32;
+  static constexpr std::chrono::milliseconds kResteerPeriod{1000};
 
   // Sets the options every socket of the group has (called by the founder
   // for each, before bind).
@@ -94,6 +101,7 @@ class PortGroup {
   Status fetch();
   Status claim();
   Status steer_locked();
+  bool stale() const noexcept;
   Status start_serving();
   void serve_loop() noexcept;
   bool live(uint32_t i) const noexcept;
@@ -110,6 +118,12 @@ class PortGroup {
   UniqueFd listen_fd_;
   std::thread server_;
   std::unique_ptr<ListenerTable> listeners_;  // opened on first use
+  // What the last program steered to by rule rather than by QP number
+  // (stale()); guarded by steer_mu_, which also keeps two threads of ours
+  // from steering at once (the file's flock does not: it is one open file).
+  mutable std::mutex steer_mu_;
+  uint32_t steered_otherwise_ = kSteerFallback;
+  std::vector<uint32_t> steered_listener_slots_;
 };
 
 }  // namespace uroce::net
