@@ -5,6 +5,8 @@
   rxe_test.py --state FILE down                   tear it down (fixture cleanup)
   rxe_test.py --state FILE case PROGRAM ROLE --lib DIR
                                                   one interoperability run
+  rxe_test.py --state FILE shared --lib DIR       two uroce servers on one
+                                                  address, both reached by rxe
 
 The guest comes from rxe-peer.sh (next to this script): a Debian 12 kernel
 with rdma_rxe and rdma-core's programs in an initrd, on a bridge inside a
@@ -458,6 +460,113 @@ def cmd_case(a):
     return 0 if ok else 1
 
 
+def cmd_shared(a):
+    """Two uroce servers on the host's one address (ibv_rc_pingpong and
+    ibv_ud_pingpong, one registry: one shared UDP 4791) and their two rxe
+    clients in the guest, all at once: the guest knows nothing of uroce's
+    port group and sends everything to 10.99.0.1:4791, so both servers are
+    reachable only if each packet reaches the process of its QP."""
+    try:
+        with open(a.state) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        log("no guest (the fixture rxe.peer.up did not run or failed)")
+        return 1
+    if state.get("skip"):
+        log("SKIP:", state["skip"])
+        return 77
+    progs = ["ibv_rc_pingpong", "ibv_ud_pingpong"]
+    base = 20000 + (os.getpid() % 2000)
+    work = tempfile.mkdtemp(prefix="uroce-rxe-")
+    lib = a.lib + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
+    registry = os.path.join(work, "registry")
+    ok, procs, logs, cap = True, [], [], None
+    try:
+        before = rxe_counters(state)
+        cap = BridgeCapture(state, work)
+        for i, prog in enumerate(progs):
+            c = CASES[prog]
+            logs.append(open(os.path.join(work, f"uroce{i}.log"), "w+"))
+            cmd = [PEER, "host", "env", f"LD_LIBRARY_PATH={lib}", f"UROCE_ADDR={HOST}", "UROCE_GSO=0",
+                   f"UROCE_REGISTRY={registry}", prog, *f"{c['uroce']} {c['args']} {c['port']} {base + i}".split()]
+            log("uroce $", " ".join(cmd[3:]))
+            procs.append(subprocess.Popen(cmd, env=peer_env(state), stdout=logs[-1], stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        deadline = time.time() + 20
+        while time.time() < deadline and all(p.poll() is None for p in procs):
+            tcp = subprocess.run(["ip", "netns", "exec", state["ns"], "cat", "/proc/net/tcp", "/proc/net/tcp6"],
+                                 capture_output=True, text=True).stdout
+            if all(re.search(tcp_listen_re(base + i), tcp) for i in range(len(progs))):
+                break
+            time.sleep(0.1)
+        script = " ".join(
+            f"( timeout -s KILL {int(a.timeout) - 5} {prog} {CASES[prog]['rxe']} {CASES[prog]['args']} "
+            f"{CASES[prog]['port']} {base + i} {HOST} > /tmp/c{i}.log 2>&1; echo EXIT=$? >> /tmp/c{i}.log ) &"
+            for i, prog in enumerate(progs))
+        script += " wait; " + "; ".join(f"echo '=== {i}'; cat /tmp/c{i}.log" for i in range(len(progs)))
+        log("rxe   $", script)
+        _, gout = guest(state, script, timeout=a.timeout)
+        hrcs = []
+        for p in procs:
+            try:
+                hrcs.append(p.wait(20))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                hrcs.append(124)
+        cap.stop()
+        after = rxe_counters(state)
+        parts = re.split(r"^=== (\d+)$", gout, flags=re.M)
+        gouts = {int(parts[k]): parts[k + 1] for k in range(1, len(parts) - 1, 2)}
+        for i, prog in enumerate(progs):
+            c = CASES[prog]
+            logs[i].seek(0)
+            hout = logs[i].read()
+            g = gouts.get(i, "")
+            m = re.search(r"EXIT=(\d+)\s*$", g)
+            grc = int(m.group(1)) if m else 1
+            print(f"----- uroce {prog} server, exit {hrcs[i]}\n{hout[-3000:].rstrip()}")
+            print(f"----- rdma_rxe {prog} client, exit {grc}\n{g[-3000:].rstrip()}")
+            for name, rc, text in (("uroce", hrcs[i], hout), ("rxe", grc, g)):
+                if rc != 0:
+                    log(f"{name} {prog} exit status {rc}")
+                    ok = False
+                if not re.search(c["expect"], text, re.M):
+                    log(f"{name} {prog} output lacks {c['expect']!r}")
+                    ok = False
+                bad = re.search(c["reject"], text, re.M)
+                if bad:
+                    log(f"{name} {prog} output has {bad.group(0)!r} (rejected)")
+                    ok = False
+        opcodes = sorted({o for prog in progs for o in CASES[prog]["opcodes"]})
+        r = subprocess.run([sys.executable, ROCE_CHECK, cap.pcap, "--min-frames", "10",
+                            "--expect-opcodes", ",".join(hex(o) for o in opcodes)], capture_output=True, text=True)
+        print("----- capture on the bridge\n" + r.stdout.rstrip())
+        ok &= r.returncode == 0
+        naks = nak_frames(cap.pcap)
+        if naks:
+            log(f"{len(naks)} NAK/RNR NAK frames:", *naks[:5])
+            ok = False
+        grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
+                 if after.get(k, 0) != before.get(k, 0)}
+        if grown:
+            log("rxe error counters grew:", grown)
+            ok = False
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        log("error:", e)
+        ok = False
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        if cap:
+            cap.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("RESULT:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--state", required=True)
@@ -470,10 +579,13 @@ def main():
     p.add_argument("role", choices=["client", "server"])
     p.add_argument("--lib", required=True)
     p.add_argument("--timeout", type=float, default=60)
+    p = sub.add_parser("shared")
+    p.add_argument("--lib", required=True)
+    p.add_argument("--timeout", type=float, default=90)
     a = ap.parse_args()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: sys.exit(128 + s))
-    return {"up": cmd_up, "down": cmd_down, "case": cmd_case}[a.what](a)
+    return {"up": cmd_up, "down": cmd_down, "case": cmd_case, "shared": cmd_shared}[a.what](a)
 
 
 if __name__ == "__main__":
