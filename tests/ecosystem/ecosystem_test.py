@@ -20,6 +20,10 @@ Cases:
   mpi TL                   Open MPI (pml ucx, UCX_TLS=TL) with 2 ranks runs
                            mpi_check.c: byte-checked ping-pong 8 B..1 MiB,
                            MPI_Allreduce, MPI_Put
+  mpi-netns TL             the same with 4 ranks, 2 in each of two network
+                           namespaces (launched through an rsh agent that
+                           enters the other namespace): each pair of ranks
+                           of a namespace shares its one address
   fi-info                  fi_info -p verbs lists uroce0 for FI_EP_MSG and
                            FI_EP_DGRAM (in a namespace with a veth: libfabric
                            ignores loopback interfaces)
@@ -231,6 +235,44 @@ def mpi(r, a):
     print(f"Open MPI over UCX {tl}: ping-pong 8 B..1 MiB, Allreduce and Put byte-exact")
 
 
+def mpi_netns(r, a):
+    """2 ranks in each of two namespaces (hosts): Open MPI launches the far
+    ranks through an rsh agent that enters the other namespace, as ssh would
+    enter another host.  The two ranks of a namespace share its one address,
+    so the far ranks reach both of them on UDP 4791 only through the port
+    group (issue 18)."""
+    need("mpicc", "mpirun", "orted")
+    (tl,) = a.args
+    exe = os.path.join(r.work, "mpi_check")
+    cc = subprocess.run(["mpicc", "-O1", "-o", exe, os.path.join(HERE, "mpi_check.c")], capture_output=True,
+                        text=True)
+    if cc.returncode != 0:
+        raise Fail("mpicc failed: " + cc.stderr[-2000:])
+    prefix = with_netns(r)
+    ns = r.netns
+    agent = os.path.join(r.work, "agent.sh")
+    with open(agent, "w") as f:
+        f.write("#!/bin/sh\n# Open MPI's rsh agent: agent [OPTION...] HOST COMMAND...\n"
+                'while [ "${1#-}" != "$1" ]; do shift; done\nhost=$1; shift\ncase $host in\n')
+        for name, addr in zip(ns.names, ns.addrs):
+            f.write(f"  {addr}) ns={name};;\n")
+        f.write('  *) echo "agent: unknown host $host" >&2; exit 1;;\nesac\n'
+                f'exec ip netns exec "$ns" {r.uroce} exec --addr "$host" -- sh -c "$*"\n')
+    os.chmod(agent, 0o755)
+    hosts = os.path.join(r.work, "hosts")
+    with open(hosts, "w") as f:
+        f.write("".join(f"{addr} slots=2\n" for addr in ns.addrs))
+    rc, out = r.run("mpirun", ["mpirun", "--hostfile", hosts, "-np", "4", "--map-by", "slot", "--mca",
+                               "plm_rsh_agent", agent, "--mca", "pml", "ucx", "--mca", "osc", "ucx", "--mca", "btl",
+                               "^openib,uct", "-x", f"UCX_TLS={tl},self", "-x", "UCX_NET_DEVICES=uroce0:1", exe],
+                    240, prefix=prefix)
+    if rc != 0:
+        raise Fail(f"mpirun exited {rc}")
+    expect(out, r"^mpi_check: OK \(4 ranks\)$", "mpi_check's verdict")
+    print(f"Open MPI over UCX {tl}, 2 ranks in each of two namespaces: every pair's ping-pong 8 B..1 MiB, "
+          "Allreduce and Put byte-exact")
+
+
 # ---------------------------------------------------------------- libfabric
 
 def with_netns(r):
@@ -280,7 +322,7 @@ def fi_pingpong(r, a):
 
 
 CASES = {"ucx-info": ucx_info, "ucx-perf": ucx_perf, "ucx-uct": ucx_uct, "ucx-client-server": ucx_client_server,
-         "mpi": mpi, "fi-info": fi_info, "fi-pingpong": fi_pingpong}
+         "mpi": mpi, "mpi-netns": mpi_netns, "fi-info": fi_info, "fi-pingpong": fi_pingpong}
 
 
 def main():
