@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/own_mappings.hpp"
+#include "net/addr_words.hpp"
 #include "net/proc_info.hpp"
 #include "net/registry.hpp"
 #include "net/unique_fd.hpp"
@@ -54,20 +55,6 @@ namespace {
 
 using listeners::Entry;
 
-uint64_t half(const IpAddr& a, int h) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | a.bytes()[size_t(h * 8 + i)];
-  return v;
-}
-IpAddr from_halves(uint64_t hi, uint64_t lo) {
-  uint8_t raw[16];
-  for (int i = 0; i < 8; ++i) {
-    raw[7 - i] = uint8_t(hi >> (8 * i));
-    raw[15 - i] = uint8_t(lo >> (8 * i));
-  }
-  return IpAddr::from_bytes(raw);
-}
-
 struct View {
   uint64_t owner;
   uint32_t slot;
@@ -88,7 +75,7 @@ bool read_entry(const Entry& e, View& v) {
     const uint64_t hi = e.addr_hi.load(acq), lo = e.addr_lo.load(acq);
     v.service_id = e.service_id.load(acq);
     if (e.seq.load(std::memory_order_relaxed) != s || e.owner.load(acq) != v.owner) continue;
-    v.addr = from_halves(hi, lo);
+    v.addr = addr_from_halves(hi, lo);
     return v.service_id != 0;
   }
   return false;
@@ -102,8 +89,8 @@ void write_entry(Entry& e, uint32_t slot, uint64_t netns, const IpAddr& a, uint6
   e.service_id.store(0, rel);
   e.slot.store(slot, rel);
   e.netns.store(netns, rel);
-  e.addr_hi.store(half(a, 0), rel);
-  e.addr_lo.store(half(a, 1), rel);
+  e.addr_hi.store(addr_half(a, 0), rel);
+  e.addr_lo.store(addr_half(a, 1), rel);
   e.service_id.store(sid, rel);
   e.seq.store(w + 1, rel);
 }

@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "common/own_mappings.hpp"
 #include "common/quiet_thread.hpp"
+#include "net/addr_words.hpp"
 #include "net/listener_table.hpp"
 #include "net/proc_info.hpp"
 #include "net/registry.hpp"
@@ -53,12 +54,6 @@ struct File {
 }  // namespace ports
 
 namespace {
-
-uint64_t half(const IpAddr& a, int h) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | a.bytes()[size_t(h * 8 + i)];
-  return v;
-}
 
 // The groups of this process (steer_all, after_fork_in_child).  The mutex
 // is made anew in a forked child, where a thread of the parent may have
@@ -164,7 +159,7 @@ Result<std::unique_ptr<PortGroup>> PortGroup::join_locked(std::shared_ptr<HostRe
 
   // Our group's entry: the one for this namespace, address and port, else
   // one no live process uses.
-  const uint64_t hi = half(at.addr, 0), lo = half(at.addr, 1);
+  const uint64_t hi = addr_half(at.addr, 0), lo = addr_half(at.addr, 1);
   int mine = -1, spare = -1;
   for (uint32_t i = 0; i < ports::kGroups && mine < 0; ++i) {
     ports::Group& gr = f.group[i];

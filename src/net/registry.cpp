@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/own_mappings.hpp"
+#include "net/addr_words.hpp"
 #include "net/proc_info.hpp"
 #include "net/registry_layout.hpp"
 #include "net/runtime_dir.hpp"
@@ -26,20 +27,6 @@ using registry::Binding;
 
 Status sys_error(const std::string& path, const char* what, int e = errno) {
   return err::from_errno(e, "registry " + path + ": " + what + ": " + std::strerror(e));
-}
-
-uint64_t half(const IpAddr& a, int h) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | a.bytes()[size_t(h * 8 + i)];
-  return v;
-}
-IpAddr from_halves(uint64_t hi, uint64_t lo) {
-  uint8_t raw[16];
-  for (int i = 0; i < 8; ++i) {
-    raw[7 - i] = uint8_t(hi >> (8 * i));
-    raw[15 - i] = uint8_t(lo >> (8 * i));
-  }
-  return IpAddr::from_bytes(raw);
 }
 
 struct BindingView {
@@ -63,7 +50,7 @@ bool read_binding(const Binding& b, BindingView& v) {
     const uint64_t hi = b.addr_hi.load(acq);
     const uint64_t lo = b.addr_lo.load(acq);
     if (b.seq.load(std::memory_order_relaxed) != s) continue;
-    v.addr = from_halves(hi, lo);
+    v.addr = addr_from_halves(hi, lo);
     return true;
   }
   return false;
@@ -79,8 +66,8 @@ void write_binding(Binding& b, uint32_t port, uint64_t owner, uint64_t netns, co
   b.port.store(port, rel);
   b.owner.store(owner, rel);
   b.netns.store(netns, rel);
-  b.addr_hi.store(half(a, 0), rel);
-  b.addr_lo.store(half(a, 1), rel);
+  b.addr_hi.store(addr_half(a, 0), rel);
+  b.addr_lo.store(addr_half(a, 1), rel);
   b.seq.store(w + 1, rel);
 }
 
@@ -249,7 +236,7 @@ Status HostRegistry::publish(const IpAddr& addr, uint16_t port) {
   for (Binding& b : sl.bindings) {
     const bool mine = b.port.load(std::memory_order_relaxed) != 0 && b.owner.load(std::memory_order_relaxed) == me_;
     if (mine && b.netns.load(std::memory_order_relaxed) == ns &&
-        from_halves(b.addr_hi.load(), b.addr_lo.load()) == addr) {
+        addr_from_halves(b.addr_hi.load(), b.addr_lo.load()) == addr) {
       write_binding(b, port, me_, ns, addr);
       return {};
     }
@@ -268,7 +255,7 @@ Status HostRegistry::unpublish(const IpAddr& addr, uint16_t port) {
     const uint64_t ns = ns_inode("net");
     for (Binding& b : file_->slots[slot_].bindings) {
       if (b.port.load() == port && b.owner.load() == me_ && b.netns.load() == ns &&
-          from_halves(b.addr_hi.load(), b.addr_lo.load()) == addr) {
+          addr_from_halves(b.addr_hi.load(), b.addr_lo.load()) == addr) {
         write_binding(b, 0, 0, 0, IpAddr{});
         return {};
       }
