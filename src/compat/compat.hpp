@@ -102,6 +102,7 @@ struct Cq {
   uint32_t async_delivered;  // async events handed out (ibv_get_async_event)
   uint32_t ex_pos, ex_cnt;   // cq_ex: current entry / entries in ex_buf
   verbs::Wc ex_buf[kExBatch];
+  verbs::CompletionStamp ex_ts[kExBatch];  // their timestamps (a CQ created with them)
 };
 
 struct Srq {

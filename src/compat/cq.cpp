@@ -32,11 +32,13 @@ static_assert(int(verbs::WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_
 static_assert(verbs::wc_flags::kGrh == IBV_WC_GRH && verbs::wc_flags::kWithImm == IBV_WC_WITH_IMM &&
               verbs::wc_flags::kWithInv == IBV_WC_WITH_INV);
 
-// What ibv_wc_read_* can return: everything a struct ibv_wc holds.
-constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+// What ibv_wc_read_* can return: everything a struct ibv_wc holds, and the
+// completion's timestamps on the device clock and the wall clock.
+constexpr uint64_t kSupportedWcFlags = uint64_t(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
 ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
-                  uint32_t comp_vector) {
+                  uint32_t comp_vector, uint64_t wc_flags = 0) {
   Context* c = checked(verb, context);
   if (!c) return nullptr;
   if (channel) {
@@ -47,7 +49,9 @@ ibv_cq_ex* create(const char* verb, ibv_context* context, uint32_t cqe, void* cq
   if (comp_vector >= uint32_t(context->num_comp_vectors))
     return fail_null<ibv_cq_ex>(verb, EINVAL, "comp_vector must be below num_comp_vectors (1)");
   auto* q = new Cq{};
-  auto core = verbs::Cq::create(*c->core, cqe, channel ? to_channel(channel)->core : nullptr, q);
+  const verbs::CqStamps stamps{(wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) != 0,
+                               (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) != 0};
+  auto core = verbs::Cq::create(*c->core, cqe, channel ? to_channel(channel)->core : nullptr, q, stamps);
   if (!core.ok()) {
     delete q;
     return fail_null<ibv_cq_ex>(verb, core.status());
@@ -78,7 +82,7 @@ inline const verbs::Wc& cur(ibv_cq_ex* cq) noexcept {
 // were consumed.  0, ENOENT (empty) or an errno value.
 int load(Cq* q) noexcept {
   if (q->ex_pos >= q->ex_cnt) {
-    auto n = q->core->poll({q->ex_buf, kExBatch});
+    auto n = q->core->poll({q->ex_buf, kExBatch}, {q->ex_ts, kExBatch});
     if (!n.ok()) return set_errno(n.status().code());
     q->ex_pos = 0;
     q->ex_cnt = uint32_t(*n);
@@ -114,7 +118,14 @@ uint32_t read_slid(ibv_cq_ex* cq) { return cur(cq).slid; }
 uint8_t read_sl(ibv_cq_ex* cq) { return cur(cq).sl; }
 uint8_t read_dlid_path_bits(ibv_cq_ex* cq) { return cur(cq).dlid_path_bits; }
 // Not supported (creation refuses the flags); defined so a stray call reads 0.
-uint64_t read_zero64(ibv_cq_ex*) { return 0; }
+uint64_t read_completion_ts(ibv_cq_ex* cq) {
+  Cq* q = to_cq(cq);
+  return q->ex_ts[q->ex_pos].device_ns;
+}
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* cq) {
+  Cq* q = to_cq(cq);
+  return q->ex_ts[q->ex_pos].wall_ns;
+}
 uint16_t read_cvlan(ibv_cq_ex*) { return 0; }
 uint32_t read_flow_tag(ibv_cq_ex*) { return 0; }
 void read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* tm) { std::memset(tm, 0, sizeof *tm); }
@@ -135,11 +146,11 @@ void init_cq_ex_ops(ibv_cq_ex& ex) noexcept {
   ex.read_slid = read_slid;
   ex.read_sl = read_sl;
   ex.read_dlid_path_bits = read_dlid_path_bits;
-  ex.read_completion_ts = read_zero64;
+  ex.read_completion_ts = read_completion_ts;
   ex.read_cvlan = read_cvlan;
   ex.read_flow_tag = read_flow_tag;
   ex.read_tm_info = read_tm_info;
-  ex.read_completion_wallclock_ns = read_zero64;
+  ex.read_completion_wallclock_ns = read_completion_wallclock_ns;
 }
 
 // ---- the data path through context->ops
@@ -168,8 +179,7 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr->wc_flags & ~kSupportedWcFlags)
-    return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EOPNOTSUPP,
-                                "completion timestamps, CVLAN, flow tag and tag matching are not supported");
+    return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EOPNOTSUPP, "CVLAN, flow tag and tag matching are not supported");
   if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EINVAL, "unknown comp_mask bits");
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && attr->parent_domain)
@@ -177,7 +187,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
     return fail_null<ibv_cq_ex>("ibv_create_cq_ex", EOPNOTSUPP,
                                 "IGNORE_OVERRUN is not supported (an overrun is always reported)");
-  return create("ibv_create_cq_ex", context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector);
+  return create("ibv_create_cq_ex", context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
+                attr->wc_flags);
 }
 
 }  // namespace uroce::compat

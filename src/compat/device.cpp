@@ -177,7 +177,24 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = 1;
+  // Completion timestamps: the device clock counts nanoseconds in 64 bits.
+  a.completion_timestamp_mask = ~uint64_t{0};
+  a.hca_core_clock = verbs::kDeviceClockKhz;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  return 0;
+}
+
+// The device clock now (IBV_VALUES_MASK_RAW_CLOCK), in the ticks completion
+// timestamps count (nanoseconds) as a timespec.
+int query_rt_values(ibv_context* context, ibv_values_ex* values) {
+  if (!checked("ibv_query_rt_values_ex", context)) return errno;
+  if (values->comp_mask & ~uint32_t(IBV_VALUES_MASK_RAW_CLOCK))
+    return fail("ibv_query_rt_values_ex", EINVAL, "unknown comp_mask bits");
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    const uint64_t ns = verbs::device_clock_ns();
+    values->raw_clock.tv_sec = time_t(ns / 1'000'000'000u);
+    values->raw_clock.tv_nsec = long(ns % 1'000'000'000u);
+  }
   return 0;
 }
 
@@ -272,6 +289,7 @@ UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
   v.query_port = query_port_ex;
   v.advise_mr = advise_mr;
   v.query_device_ex = query_device_ex;
+  v.query_rt_values = query_rt_values;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
   v.create_srq_ex = create_srq_ex;

@@ -28,19 +28,38 @@ namespace uroce::verbs {
 class Context;
 class CompChannel;
 
+// The device clock: what completion timestamps and ibv_query_rt_values_ex
+// read, in ticks of kDeviceClockKhz.
+inline constexpr uint64_t kDeviceClockKhz = 1'000'000;
+uint64_t device_clock_ns() noexcept;
+uint64_t wall_clock_ns() noexcept;
+
+// Which clocks a CQ stamps its completions with.
+struct CqStamps {
+  bool device = false;
+  bool wallclock = false;
+  bool any() const noexcept { return device || wallclock; }
+};
+struct CompletionStamp {
+  uint64_t device_ns = 0;
+  uint64_t wall_ns = 0;
+};
+
 class Cq final : public transport::CompletionSink {
  public:
   static constexpr uint32_t kMaxCqe = 1u << 22;
 
   static Result<std::unique_ptr<Cq>> create(Context& ctx, uint32_t cqe, CompChannel* channel,
-                                            void* user_context = nullptr);
+                                            void* user_context = nullptr, CqStamps stamps = {});
   ~Cq();
   Cq(const Cq&) = delete;
   Cq& operator=(const Cq&) = delete;
 
   // Up to out.size() completions, oldest first.  Returns the count, or an
   // error (EOVERFLOW) once an overflowed CQ is drained.
-  Result<int> poll(std::span<Wc> out);
+  // `stamps`, if not empty, receives the stamp of each completion returned
+  // (as many as out; zero on a CQ without timestamps).
+  Result<int> poll(std::span<Wc> out, std::span<CompletionStamp> stamps = {});
   // Arms the CQ: the next completion (or, solicited_only, the next solicited
   // or unsuccessful one) produces one event on the completion channel.
   Status req_notify(bool solicited_only);
@@ -53,6 +72,7 @@ class Cq final : public transport::CompletionSink {
   Status resize(uint32_t cqe);
 
   uint32_t capacity() const noexcept { return depth_; }
+  CqStamps stamps() const noexcept { return stamps_; }
   Context& context() const noexcept { return *ctx_; }
   CompChannel* channel() const noexcept { return channel_; }
   void* user_context() const noexcept { return user_context_; }
@@ -72,14 +92,16 @@ class Cq final : public transport::CompletionSink {
   bool overflowed() const noexcept { return overflow_; }
 
  private:
-  Cq(Context& ctx, uint32_t depth, CompChannel* channel, void* user_context);
-  int pop_locked(std::span<Wc> out) noexcept;
+  Cq(Context& ctx, uint32_t depth, CompChannel* channel, void* user_context, CqStamps stamps);
+  int pop_locked(std::span<Wc> out, std::span<CompletionStamp> stamps) noexcept;
 
   Context* ctx_;
   CompChannel* channel_;
   void* user_context_;
   uint32_t depth_;
   std::vector<Wc> ring_;
+  CqStamps stamps_;
+  std::vector<CompletionStamp> stamp_ring_;  // beside ring_, when stamps_.any()
   uint32_t head_ = 0, count_ = 0;
   enum class Arm : uint8_t { none, next, solicited } arm_ = Arm::none;
   bool overflow_ = false;
