@@ -125,6 +125,15 @@ struct SendWr {
   const Ah* ah = nullptr;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  // BIND_MW: the window (any rkey it has had), the grant's new rkey in
+  // `rkey` above, the region (its lkey), the range and the remote rights.
+  struct MwBind {
+    uint32_t mw_rkey = 0;
+    uint32_t mr_lkey = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint32_t access = 0;
+  } bind = {};
 };
 
 struct RecvWr {

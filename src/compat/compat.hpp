@@ -39,6 +39,7 @@
 #include "verbs/context.hpp"
 #include "verbs/cq.hpp"
 #include "verbs/mr.hpp"
+#include "verbs/mw.hpp"
 #include "verbs/pd.hpp"
 #include "verbs/qp.hpp"
 #include "verbs/srq.hpp"
@@ -82,6 +83,11 @@ struct Pd {
 struct Mr {
   ibv_mr mr;
   verbs::Mr* core;
+};
+
+struct Mw {
+  ibv_mw mw;
+  verbs::Mw* core;
 };
 
 struct Channel {
@@ -184,6 +190,7 @@ Cq* checked(const char* verb, ibv_cq* q) noexcept;
 Qp* checked(const char* verb, ibv_qp* q) noexcept;
 Srq* checked(const char* verb, ibv_srq* s) noexcept;
 Ah* checked(const char* verb, ibv_ah* a) noexcept;
+Mw* checked(const char* verb, ibv_mw* m) noexcept;
 Channel* checked(const char* verb, ibv_comp_channel* ch) noexcept;
 
 // ------------------------------------------------------------------ shared helpers

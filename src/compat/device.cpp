@@ -99,12 +99,14 @@ void fill_device_attr(const Context& c, ibv_device_attr& a) {
   // What the core does: RNR NAKs, the IB state machine with cur_qp_state,
   // SRQ resize (modify max_wr), the port_num of an AV checked.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID |
-                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_UD_AV_PORT_ENFORCE;
+                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a.max_sge = int(d.max_sge);
   a.max_sge_rd = int(d.max_sge);
   a.max_cq = int(d.max_cq);
   a.max_cqe = int(d.max_cqe);
   a.max_mr = int(d.max_mr);
+  a.max_mw = int(verbs::MwTable::kMaxMws);
   a.max_pd = int(d.max_pd);
   a.max_qp_rd_atom = int(d.max_qp_rd_atom);
   a.max_res_rd_atom = int(std::min<uint64_t>(uint64_t(d.max_qp_rd_atom) * d.max_qp, INT32_MAX));

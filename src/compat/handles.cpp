@@ -107,6 +107,9 @@ Qp* checked(const char* verb, ibv_qp* q) noexcept {
 Srq* checked(const char* verb, ibv_srq* s) noexcept {
   return checked_object<Srq>(verb, s, ObjKind::srq, s ? s->context : nullptr, s ? s->handle : 0, "no SRQ given");
 }
+Mw* checked(const char* verb, ibv_mw* m) noexcept {
+  return checked_object<Mw>(verb, m, ObjKind::mw, m ? m->context : nullptr, m ? m->handle : 0, "no MW given");
+}
 Ah* checked(const char* verb, ibv_ah* a) noexcept {
   return checked_object<Ah>(verb, a, ObjKind::ah, a ? a->context : nullptr, a ? a->handle : 0, "no AH given");
 }

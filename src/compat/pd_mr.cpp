@@ -116,6 +116,8 @@ UROCE_C_API int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size
 UROCE_C_API int ibv_dereg_mr(ibv_mr* mr) {
   Mr* m = checked("ibv_dereg_mr", mr);
   if (!m) return errno;
+  if (m->core->windows() > 0)  // as rxe
+    return fail("ibv_dereg_mr", EINVAL, "memory windows are bound to the region: revoke or free them first");
   to_ctx(mr->context)->handles.remove(ObjKind::mr, mr->handle);
   delete m->core;  // leaves every lookup under the NIC lock: no packet is using it afterwards
   delete m;
@@ -146,16 +148,55 @@ UROCE_C_API ibv_dm* ibv_import_dm(ibv_context* /*context*/, uint32_t /*dm_handle
 }
 UROCE_C_API void ibv_unimport_dm(ibv_dm* /*dm*/) {}
 
-// ------------------------------------------------------------------ memory windows (not supported)
+// ------------------------------------------------------------------ memory windows
 
 namespace uroce::compat {
 
-ibv_mw* alloc_mw(ibv_pd* /*pd*/, ibv_mw_type /*type*/) {
-  return fail_null<ibv_mw>("ibv_alloc_mw", EOPNOTSUPP, "memory windows are not supported");
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  Pd* p = checked("ibv_alloc_mw", pd);
+  if (!p) return nullptr;
+  if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)
+    return fail_null<ibv_mw>("ibv_alloc_mw", EINVAL, "type must be IBV_MW_TYPE_1 or IBV_MW_TYPE_2");
+  auto core = verbs::Mw::alloc(*p->core, type == IBV_MW_TYPE_1 ? verbs::MwType::type1 : verbs::MwType::type2);
+  if (!core.ok()) return fail_null<ibv_mw>("ibv_alloc_mw", core.status());
+  auto* m = new Mw{};
+  m->core = core->release();
+  m->mw.context = pd->context;
+  m->mw.pd = pd;
+  m->mw.rkey = m->core->rkey();
+  m->mw.type = type;
+  m->mw.handle = p->ctx->handles.add(ObjKind::mw, m);
+  return &m->mw;
 }
-int bind_mw(ibv_qp* /*qp*/, ibv_mw* /*mw*/, ibv_mw_bind* /*bind*/) {
-  return fail("ibv_bind_mw", EOPNOTSUPP, "memory windows are not supported");
+
+// ibv_bind_mw (type 1; verbs.h has checked the type, the region's PD and
+// that a range comes with a region): a BIND_MW work request on `qp` whose
+// grant is the window's rkey with the low byte incremented, as rdma-core's
+// providers make it; the window takes that rkey once the request is posted.
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
+  if (!checked("ibv_bind_mw", qp) || !checked("ibv_bind_mw", mw)) return errno;
+  if (bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED)
+    return fail("ibv_bind_mw", EINVAL, "a type 1 window cannot be zero-based");
+  ibv_send_wr wr{};
+  wr.wr_id = bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = bind->bind_info;
+  ibv_send_wr* bad = nullptr;
+  if (const int e = post_send(qp, &wr, &bad); e != 0) return e;
+  mw->rkey = wr.bind_mw.rkey;
+  return 0;
 }
-int dealloc_mw(ibv_mw* /*mw*/) { return fail("ibv_dealloc_mw", EOPNOTSUPP, "memory windows are not supported"); }
+
+int dealloc_mw(ibv_mw* mw) {
+  Mw* m = checked("ibv_dealloc_mw", mw);
+  if (!m) return errno;
+  to_ctx(mw->context)->handles.remove(ObjKind::mw, mw->handle);
+  delete m->core;  // revokes its grant under the NIC lock
+  delete m;
+  return 0;
+}
 
 }  // namespace uroce::compat

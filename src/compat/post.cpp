@@ -59,8 +59,12 @@ inline int convert(const ibv_send_wr& w, bool ud, verbs::SendWr* slot) noexcept 
       compare_add = w.wr.atomic.compare_add;
       swap = w.wr.atomic.swap;
       break;
-    case IBV_WR_LOCAL_INV:
+    case IBV_WR_LOCAL_INV: break;  // invalidate_rkey shares imm_data's place
     case IBV_WR_BIND_MW:
+      if (!w.bind_mw.mw) [[unlikely]]
+        return EINVAL;
+      rkey = w.bind_mw.rkey;
+      break;
     case IBV_WR_TSO:
     case IBV_WR_DRIVER1:
     case IBV_WR_ATOMIC_WRITE: return EOPNOTSUPP;
@@ -80,12 +84,15 @@ inline int convert(const ibv_send_wr& w, bool ud, verbs::SendWr* slot) noexcept 
       .remote_qpn = ud ? w.wr.ud.remote_qpn : 0,
       .remote_qkey = ud ? w.wr.ud.remote_qkey : 0,
   };
+  if (w.opcode == IBV_WR_BIND_MW) {
+    const ibv_mw_bind_info& b = w.bind_mw.bind_info;
+    slot->bind = {w.bind_mw.mw->rkey, b.mr ? b.mr->lkey : 0, b.addr, b.length, b.mw_access_flags};
+  }
   return 0;
 }
 
 const char* refusal(int err) noexcept {
-  return err == EOPNOTSUPP ? "memory windows, local invalidate, TSO and atomic write are not supported"
-                           : "invalid opcode or num_sge";
+  return err == EOPNOTSUPP ? "TSO and atomic write are not supported" : "invalid opcode or num_sge";
 }
 
 }  // namespace

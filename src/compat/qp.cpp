@@ -22,7 +22,8 @@ static_assert(verbs::access::kOnDemand == IBV_ACCESS_ON_DEMAND &&
 
 // Send operations the ibv_wr_* API offers on uroce, by QP type.
 constexpr uint64_t kUdOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-constexpr uint64_t kUcOps = kUdOps | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+constexpr uint64_t kUcOps = kUdOps | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                            IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 constexpr uint64_t kRcOps = kUcOps | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                             IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
 
@@ -105,7 +106,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     if (attr->send_ops_flags & ~ok)
       return fail_null<ibv_qp>(verb, EOPNOTSUPP,
                                "send_ops_flags asks for operations this QP type does not have on uroce "
-                               "(memory windows, local invalidate, TSO, atomic write)");
+                               "(TSO, atomic write; UD: memory windows)");
   }
   return create(verb, attr->pd, *attr);
 }

@@ -78,7 +78,8 @@ inline verbs::SendWr& begin(ibv_qp_ex* qp, verbs::WrOpcode op, uint64_t remote_a
                                           .swap = 0,
                                           .ah = nullptr,
                                           .remote_qpn = 0,
-                                          .remote_qkey = 0});
+                                          .remote_qkey = 0,
+                                          .bind = {}});
 }
 
 // The WR the setters apply to; nullptr (and the batch refused) if none.
@@ -150,10 +151,15 @@ void wr_atomic_fetch_add(ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, uint64_t a
   begin(qp, verbs::WrOpcode::atomic_fetch_and_add, addr, rkey).compare_add = add;
 }
 
-void wr_bind_mw(ibv_qp_ex* qp, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  refuse(qp, EOPNOTSUPP, "memory windows are not supported");
+void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (!mw || !info) [[unlikely]] {
+    refuse(qp, EINVAL, "ibv_wr_bind_mw without a window or its bind information");
+    return;
+  }
+  begin(qp, verbs::WrOpcode::bind_mw, 0, rkey).bind = {mw->rkey, info->mr ? info->mr->lkey : 0, info->addr,
+                                                       info->length, info->mw_access_flags};
 }
-void wr_local_inv(ibv_qp_ex* qp, uint32_t) { refuse(qp, EOPNOTSUPP, "local invalidate is not supported"); }
+void wr_local_inv(ibv_qp_ex* qp, uint32_t rkey) { begin(qp, verbs::WrOpcode::local_inv).imm_data = rkey; }
 void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) { refuse(qp, EOPNOTSUPP, "TSO is not supported"); }
 void wr_atomic_write(ibv_qp_ex* qp, uint32_t, uint64_t, const void*) {
   refuse(qp, EOPNOTSUPP, "atomic write is not supported");

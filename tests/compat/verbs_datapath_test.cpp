@@ -250,7 +250,7 @@ TEST_F(Verbs, QpExWorkRequestApi) {
   qx->wr_id = 31;
   ibv_wr_rdma_write(qx, mr_->rkey, addr(96 * 1024));
   ibv_wr_set_sge(qx, mr_->lkey, addr(0), 8);
-  ibv_wr_local_inv(qx, 1234);
+  ibv_wr_atomic_write(qx, mr_->rkey, addr(0), buf_.data());
   errno = 0;
   EXPECT_EQ(ibv_wr_complete(qx), EOPNOTSUPP);
   EXPECT_EQ(errno, EOPNOTSUPP);

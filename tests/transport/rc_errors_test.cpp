@@ -290,7 +290,7 @@ TEST(RcErrors, PostArgumentErrors) {
   // Opcodes uroce does not implement are refused at post; those the QP's
   // transport lacks are posted and fail at execution (transport.Ud.*,
   // RcErrors.UcCannotReadOrAtomic).
-  for (WrOpcode opc : {WrOpcode::local_inv, WrOpcode::bind_mw}) {
+  for (WrOpcode opc : {WrOpcode(10), WrOpcode(200)}) {
     SendWr w;
     w.opcode = opc;
     bad = 99;

@@ -217,11 +217,32 @@ TEST(KeyCipher, RoundTripsAndPermutes) {
     ASSERT_EQ(d.kind, f.kind);
     keys.insert(k);
   }
-  // A permutation: every 32-bit value decodes to fields that encode back to it.
+  // A permutation: every region key (top bit clear) decodes to fields that
+  // encode back to it, and so does every window key (top bit set).
   for (int i = 0; i < 100000; ++i) {
     const uint32_t k = uint32_t(rng());
-    ASSERT_EQ(c.encode(c.decode(k)), k);
+    if (is_window_key(k)) {
+      ASSERT_EQ(c.encode_window(c.decode_window(k)), k);
+      ASSERT_EQ(c.decode(k).index, 0u) << "a window key names no region";
+    } else {
+      ASSERT_FALSE(is_window_key(c.encode(c.decode(k))));
+      ASSERT_EQ(c.encode(c.decode(k)), k);
+    }
   }
+  // Window keys round-trip, keep the consumer's tag, and are distinct.
+  std::unordered_set<uint32_t> ids;
+  for (uint32_t idx = 0; idx < KeyCipher::kMaxWindowIndex; ++idx) {
+    const WindowKeyFields f{7, idx, idx & KeyCipher::kWindowGenMask, uint8_t(idx * 13)};
+    const uint32_t k = c.encode_window(f);
+    ASSERT_TRUE(is_window_key(k));
+    ASSERT_EQ(uint8_t(k), f.tag);
+    const WindowKeyFields d = c.decode_window(k);
+    ASSERT_EQ(d.slot, 7u);
+    ASSERT_EQ(d.index, idx);
+    ASSERT_EQ(d.gen, f.gen);
+    ids.insert(k >> 8);
+  }
+  EXPECT_EQ(ids.size(), size_t(KeyCipher::kMaxWindowIndex));
   // Another secret gives other keys for the same fields.
   std::array<uint8_t, 16> other = secret;
   other[0] ^= 1;

@@ -27,17 +27,32 @@ class CompletionSink {
 // `gone`: the region's pages were unmapped while it was registered.
 enum class AccessFault : uint8_t { none, key, pd, rights, gone, bounds };
 
-// Memory the transport may touch: a protection domain and the regions
-// registered in it (verbs::Pd).
+// A BIND_MW work request, as the requester executes it.
+struct WindowBind {
+  uint32_t mw_key = 0;    // names the window: any rkey it has had
+  uint32_t new_rkey = 0;  // the grant's rkey: the window's upper 24 bits, the consumer's low byte
+  uint32_t mr_lkey = 0;   // the region (none when length is 0)
+  uint64_t addr = 0, length = 0;
+  uint32_t access = 0;  // verbs::access remote rights (+ zero-based)
+};
+
+// Memory the transport may touch: a protection domain and the regions and
+// memory windows in it (verbs::Pd).
 class MemoryDomain {
  public:
   // Host address of [addr, addr+len) if `lkey` names a live region of this
   // domain granting `need` that holds the range (an on-demand region faults
   // it in); else nullptr.
   virtual uint8_t* local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need) const noexcept = 0;
-  // The same through an rkey; on refusal `fault` names the check that failed.
-  virtual uint8_t* remote(uint32_t rkey, uint64_t va, uint64_t len, uint32_t need,
+  // The same through an rkey (a region's, or a window's grant) for a request
+  // that arrived on QP `qpn`; on refusal `fault` names the check that failed.
+  virtual uint8_t* remote(uint32_t rkey, uint64_t va, uint64_t len, uint32_t need, uint32_t qpn,
                           AccessFault& fault) const noexcept = 0;
+  // Executes a BIND_MW posted on QP `qpn` of this domain.
+  virtual verbs::WcStatus bind_window(const WindowBind& b, uint32_t qpn) const noexcept = 0;
+  // Revokes the type 2 window grant `rkey` (LOCAL_INV, or a SEND_WITH_INV's
+  // IETH); false if `rkey` names no bound type 2 window of this domain.
+  virtual bool invalidate(uint32_t rkey) const noexcept = 0;
 
  protected:
   ~MemoryDomain() = default;

@@ -33,6 +33,8 @@ void QpEngine::complete_send(SendWqe& w, WcStatus status) noexcept {
     case WrOpcode::rdma_read: wc.opcode = WcOpcode::rdma_read; break;
     case WrOpcode::atomic_cmp_and_swp: wc.opcode = WcOpcode::comp_swap; break;
     case WrOpcode::atomic_fetch_and_add: wc.opcode = WcOpcode::fetch_add; break;
+    case WrOpcode::bind_mw: wc.opcode = WcOpcode::bind_mw; break;
+    case WrOpcode::local_inv: wc.opcode = WcOpcode::local_inv; break;
     default: wc.opcode = WcOpcode::send; break;
   }
   wc.byte_len = verbs::is_atomic_opcode(w.opcode) ? 8 : w.length;
@@ -192,6 +194,12 @@ bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah, Se
   w.rkey = wr.rkey;
   w.compare_add = wr.compare_add;
   w.swap = wr.swap;
+  if (wr.opcode == WrOpcode::bind_mw) {
+    w.imm = wr.bind.mw_rkey;
+    w.remote_addr = wr.bind.addr;
+    w.compare_add = wr.bind.length;
+    w.swap = uint64_t(wr.bind.mr_lkey) << 32 | wr.bind.access;
+  }
   w.signaled = init_.sq_sig_all || (wr.send_flags & verbs::send_flags::kSignaled);
   w.plan = plan;
   w.num_sge = uint16_t(wr.sg_list.size());

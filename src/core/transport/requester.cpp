@@ -95,6 +95,49 @@ bool start_wqe(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   return true;
 }
 
+bool is_local_op(WrOpcode op) noexcept { return op == WrOpcode::bind_mw || op == WrOpcode::local_inv; }
+
+// BIND_MW and LOCAL_INV: no packet, executed when the requester reaches
+// them (after everything posted before has been sent), completed in order
+// with the WQEs around them.  A bind that breaks a rule completes
+// MW_BIND_ERR, an invalidation of a grant that is not a bound type 2
+// window's LOC_QP_OP_ERR; either moves the QP to ERR.  False if it must
+// wait (fence) or failed.
+bool run_local_op(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
+  RequesterState& r = qp.req;
+  if ((w.flags & verbs::send_flags::kFence) && r.rd_atomic > 0) return false;
+  if (w.plan.fail != verbs::WcStatus::success) {
+    fail_wqe(nic, qp, idx, w.plan.fail);
+    return false;
+  }
+  Counters& c = nic.counters();
+  verbs::WcStatus st;
+  if (w.opcode == WrOpcode::bind_mw) {
+    WindowBind b;
+    b.mw_key = w.imm;
+    b.new_rkey = w.rkey;
+    b.mr_lkey = uint32_t(w.swap >> 32);
+    b.addr = w.remote_addr;
+    b.length = w.compare_add;
+    b.access = uint32_t(w.swap);
+    st = qp.mem().bind_window(b, qp.qpn());
+    ++(st == verbs::WcStatus::success ? c.mw_binds : c.mw_bind_errors);
+  } else {
+    st = qp.mem().invalidate(w.imm) ? verbs::WcStatus::success : verbs::WcStatus::loc_qp_op_err;
+    if (st == verbs::WcStatus::success) ++c.mw_local_invalidations;
+  }
+  if (st != verbs::WcStatus::success) {
+    fail_wqe(nic, qp, idx, st);
+    return false;
+  }
+  w.first_psn = r.next_psn;
+  w.npkts = 0;
+  w.assigned = true;
+  w.done = true;
+  retire(nic, qp);  // completes now if nothing before it is outstanding
+  return true;
+}
+
 void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
   ++nic.counters().req_packets;
   RequesterState& r = qp.req;
@@ -246,6 +289,11 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     }
     const uint32_t idx = r.send_idx;
     SendWqe& w = qp.sq.at(idx);
+    if (is_local_op(w.opcode)) {
+      if (!w.assigned && (st == verbs::QpState::sqd || !run_local_op(nic, qp, w, idx))) break;
+      ++r.send_idx;  // (also when a rewind passes over it: it ran once)
+      continue;
+    }
     if (!w.assigned) {
       if (st == verbs::QpState::sqd) break;  // draining: no new messages
       if (!start_wqe(nic, qp, w, idx)) break;

@@ -190,7 +190,7 @@ uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint6
     return nullptr;
   }
   AccessFault fault = AccessFault::none;
-  uint8_t* p = qp.mem().remote(rkey, va, len, need, fault);
+  uint8_t* p = qp.mem().remote(rkey, va, len, need, qp.qpn(), fault);
   switch (fault) {
     case AccessFault::none: break;
     case AccessFault::key: ++c.resp_rkey_errors; break;
@@ -249,6 +249,19 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     } else if (flags & op::kIeth) {
       wcf = verbs::wc_flags::kWithInv;
       imm = pkt.hdr.ieth;
+    }
+    // SEND with invalidate: the IETH names a type 2 window grant to revoke
+    // before the receive completes.  One that names none is the requester's
+    // error (IBA class J): NAK invalid request, the receive completes
+    // REM_INV_REQ_ERR, the QP goes to ERR.  (rxe acknowledges the message
+    // first and so leaves its requester unaware.)
+    if (flags & op::kIeth) {
+      if (!qp.mem().invalidate(pkt.hdr.ieth)) {
+        ++nic.counters().resp_invalidate_errors;
+        fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::rem_inv_req_err);
+        return;
+      }
+      ++nic.counters().mw_remote_invalidations;
     }
     complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv, s.recv_off, wcf, imm, pkt.hdr.bth.solicited);
     release_recv(qp);

@@ -28,14 +28,15 @@ struct SendPlan {
 struct SendWqe {
   uint64_t wr_id = 0;
   verbs::WrOpcode opcode = verbs::WrOpcode::send;
-  uint32_t flags = 0;  // verbs::send_flags
-  uint32_t imm = 0;    // immediate data / rkey to invalidate
-  uint64_t remote_addr = 0;
-  uint32_t rkey = 0;
-  uint64_t compare_add = 0, swap = 0;
-  uint32_t length = 0;     // total message bytes
-  uint16_t num_sge = 0;    // SGEs in the QP's sge array at this slot
-  bool is_inline = false;  // payload copied into the QP's inline array
+  uint32_t flags = 0;        // verbs::send_flags
+  uint32_t imm = 0;          // immediate data / rkey to invalidate / BIND_MW: the window's rkey
+  uint64_t remote_addr = 0;  // BIND_MW: the window's address
+  uint32_t rkey = 0;         // BIND_MW: the grant's new rkey
+  uint64_t compare_add = 0;  // BIND_MW: the window's length
+  uint64_t swap = 0;         // BIND_MW: the region's lkey << 32 | the window's rights
+  uint32_t length = 0;       // total message bytes
+  uint16_t num_sge = 0;      // SGEs in the QP's sge array at this slot
+  bool is_inline = false;    // payload copied into the QP's inline array
   bool signaled = false;
   SendPlan plan;
   // UD destination, resolved at post time

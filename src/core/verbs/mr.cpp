@@ -158,8 +158,8 @@ Result<std::unique_ptr<Mr>> MrTable::reg(Pd& pd, uint64_t addr, uint64_t length,
   {
     std::lock_guard g(mu_);
     // Never-used indices first, then the one freed longest ago: a key (index
-    // + 5-bit generation) comes back only after the whole table has cycled
-    // 32 times, not after 32 reg/dereg pairs of one MR.
+    // + 4-bit generation) comes back only after the whole table has cycled
+    // 16 times, not after 16 reg/dereg pairs of one MR.
     if (fresh_ < kMaxMrs - 1) {
       index = 1 + (first_index_ - 1 + fresh_++) % (kMaxMrs - 1);
     } else if (!free_.empty()) {

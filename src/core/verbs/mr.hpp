@@ -49,6 +49,9 @@ class Mr {
   bool gone() const noexcept { return gone_.load(std::memory_order_relaxed); }
   // Whether unmapping the region's pages is noticed (see unmap_watch.hpp).
   bool watched() const noexcept { return watched_; }
+  // Memory windows bound to the region (mw.hpp); it cannot be deregistered
+  // while there are any.
+  uint32_t windows() const noexcept { return windows_.load(std::memory_order_relaxed); }
 
   // Host pointer for [iova_addr, iova_addr + len) if it lies inside the
   // region and `need` access bits are granted, else nullptr.  Overflow-safe.
@@ -69,6 +72,7 @@ class Mr {
 
  private:
   friend class MrTable;
+  friend class Mw;
   Mr() = default;
   // On-demand regions: makes [p, p+len) present (writable if `need` holds a
   // write right) without touching its bytes; false if it is not mapped so.
@@ -80,6 +84,7 @@ class Mr {
   bool watched_ = false;
   uint64_t seq_ = 0;  // MrTable's count of registrations when this one was made
   std::atomic<bool> gone_{false};
+  mutable std::atomic<uint32_t> windows_{0};
 };
 
 // Process-wide table of MRs; keys are unique on the host (see keys.hpp).
@@ -104,6 +109,7 @@ class MrTable {
   uint64_t reg_count() const noexcept { return reg_seq_.load(std::memory_order_acquire); }
 
   uint32_t slot() const noexcept { return slot_; }
+  const KeyCipher& cipher() const noexcept { return cipher_; }
   size_t size() const noexcept;
 
   static constexpr uint32_t kChunk = 1024;

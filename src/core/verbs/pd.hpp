@@ -26,8 +26,10 @@ class Pd final : public transport::MemoryDomain {
 
   // transport::MemoryDomain: the regions of this PD, by key.
   uint8_t* local(uint32_t lkey, uint64_t addr, uint64_t len, uint32_t need) const noexcept override;
-  uint8_t* remote(uint32_t rkey, uint64_t va, uint64_t len, uint32_t need,
+  uint8_t* remote(uint32_t rkey, uint64_t va, uint64_t len, uint32_t need, uint32_t qpn,
                   transport::AccessFault& fault) const noexcept override;
+  WcStatus bind_window(const transport::WindowBind& b, uint32_t qpn) const noexcept override;
+  bool invalidate(uint32_t rkey) const noexcept override;
 
  private:
   Pd(Context& ctx, ResourceHold hold) noexcept : ctx_(&ctx), hold_(std::move(hold)) {}

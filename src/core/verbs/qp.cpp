@@ -159,7 +159,9 @@ Status Qp::validate_send(const SendWr& wr) const {
     case WrOpcode::rdma_read:
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add:
-    case WrOpcode::send_with_inv: break;
+    case WrOpcode::send_with_inv:
+    case WrOpcode::bind_mw:
+    case WrOpcode::local_inv: break;
     default: return err::inval("opcode " + std::to_string(int(wr.opcode)) + " is not supported");
   }
   if (wr.sg_list.size() > init_.cap.max_send_sge)
@@ -188,8 +190,10 @@ transport::SendPlan Qp::send_plan(const SendWr& wr) const noexcept {
   const bool rc_only =
       wr.opcode == WrOpcode::rdma_read || is_atomic_opcode(wr.opcode) || wr.opcode == WrOpcode::send_with_inv;
   const bool write = wr.opcode == WrOpcode::rdma_write || wr.opcode == WrOpcode::rdma_write_with_imm;
-  if ((rc_only && t != QpType::rc) || (write && t == QpType::ud)) plan.fail = WcStatus::loc_qp_op_err;
-  if (t == QpType::ud) {
+  // Memory windows are bound and revoked through connected QPs only.
+  const bool window = wr.opcode == WrOpcode::bind_mw || wr.opcode == WrOpcode::local_inv;
+  if ((rc_only && t != QpType::rc) || ((write || window) && t == QpType::ud)) plan.fail = WcStatus::loc_qp_op_err;
+  if (t == QpType::ud && wr.ah) {
     if (&wr.ah->pd() != pd_) plan.fail = WcStatus::loc_qp_op_err;
     uint64_t len = 0;
     for (const Sge& s : wr.sg_list) len += s.length;
