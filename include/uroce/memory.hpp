@@ -49,8 +49,46 @@ class MemoryRegion {
 
  private:
   friend class ProtectionDomain;
+  friend class MemoryWindow;
   explicit MemoryRegion(std::unique_ptr<detail::MrImpl> impl) noexcept;
   std::unique_ptr<detail::MrImpl> impl_;
+};
+
+// A memory window: remote access to part of a region, granted and revoked
+// without registering anything (ProtectionDomain::alloc_mw).  A grant is an
+// rkey whose upper 24 bits are the window's and whose low byte changes at
+// each bind, so a revoked grant's rkey stays refused.  The region it is
+// bound to needs access::kMwBind; a writable window needs a region with
+// access::kLocalWrite.  Destroying the window (or its region) revokes it.
+class MemoryWindow {
+ public:
+  MemoryWindow(MemoryWindow&&) noexcept;
+  MemoryWindow& operator=(MemoryWindow&&) noexcept;
+  ~MemoryWindow();
+
+  MwType type() const noexcept;
+  // The rkey of the grant in force (or of the last one, once revoked).
+  uint32_t rkey() const noexcept;
+
+  // A BIND_MW work request granting `access` (access::kRemote*) to
+  // [addr, addr + length) of `mr`, as `wr.rkey`: the next grant's rkey.
+  // Post it on a QP of the window's PD (type 2: the QP whose peer is to use
+  // it; a type 1 window may be re-bound, or revoked with length 0).  It
+  // completes WcOpcode::bind_mw, or WcStatus::mw_bind_err if a rule of the
+  // IB spec is broken (the QP then goes to ERR).
+  SendWr bind(const MemoryRegion& mr, uint64_t addr, uint64_t length, uint32_t access, uint64_t wr_id = 0) noexcept;
+  // Revoking a type 1 window: a bind of length 0.
+  SendWr unbind(uint64_t wr_id = 0) noexcept;
+  // A LOCAL_INV work request revoking the type 2 grant `rkey` (its peer
+  // can revoke it too, with a SEND_WITH_INV naming it in imm_data).
+  static SendWr invalidate(uint32_t rkey, uint64_t wr_id = 0) noexcept;
+
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+
+ private:
+  friend class ProtectionDomain;
+  explicit MemoryWindow(std::unique_ptr<detail::MwImpl> impl) noexcept;
+  std::unique_ptr<detail::MwImpl> impl_;
 };
 
 }  // namespace uroce

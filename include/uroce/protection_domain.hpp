@@ -27,6 +27,8 @@ class ProtectionDomain {
   // if the range is not mapped, ENOMEM when the MR table is full.
   Result<MemoryRegion> reg_mr(void* addr, size_t length, uint32_t access);
   Result<MemoryRegion> reg_mr(std::span<std::byte> memory, uint32_t access);
+  // A memory window of this PD, unbound (ENOMEM when the window table is full).
+  Result<MemoryWindow> alloc_mw(MwType type);
 
   // EINVAL without both CQs, with CQs/SRQ of another context, or caps above
   // the device limits; EOPNOTSUPP for XRC.

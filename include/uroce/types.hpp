@@ -14,6 +14,10 @@ namespace uroce::verbs {
 
 class Ah;
 
+// Memory window types (ibv_mw_type): type 1 belongs to its PD, type 2 to
+// the QP that binds it.
+enum class MwType : uint8_t { type1 = 1, type2 = 2 };
+
 enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4, xrc_send = 9, xrc_recv = 10 };
 enum class QpState : uint8_t { reset = 0, init, rtr, rts, sqd, sqe, err, unknown };
 const char* to_string(QpState s) noexcept;

@@ -20,6 +20,7 @@
 #include "verbs/context.hpp"
 #include "verbs/cq.hpp"
 #include "verbs/mr.hpp"
+#include "verbs/mw.hpp"
 #include "verbs/pd.hpp"
 #include "verbs/qp.hpp"
 #include "verbs/srq.hpp"
@@ -92,6 +93,11 @@ struct PdImpl {
 
 struct MrImpl {
   std::unique_ptr<verbs::Mr> mr;
+};
+
+struct MwImpl {
+  std::unique_ptr<verbs::Mw> mw;
+  uint32_t last_grant = 0;  // the rkey of the last bind handed out
 };
 
 struct AhImpl {

@@ -38,6 +38,16 @@ Result<MemoryRegion> ProtectionDomain::reg_mr(std::span<std::byte> memory, uint3
   return reg_mr(memory.data(), memory.size(), access);
 }
 
+Result<MemoryWindow> ProtectionDomain::alloc_mw(MwType type) {
+  if (type != MwType::type1 && type != MwType::type2) return err::inval("alloc_mw: type must be type1 or type2");
+  auto mw = verbs::Mw::alloc(*impl_->pd, type);
+  if (!mw.ok()) return mw.status();
+  auto impl = std::make_unique<detail::MwImpl>();
+  impl->mw = std::move(*mw);
+  impl->last_grant = impl->mw->rkey();
+  return MemoryWindow(std::move(impl));
+}
+
 Result<QueuePair> ProtectionDomain::create_qp(const QpConfig& config) {
   if (!config.send_cq || !config.recv_cq) return err::inval("create_qp: a QP needs a send CQ and a receive CQ");
   if (!config.send_cq->impl_ || !config.recv_cq->impl_ || (config.srq && !config.srq->impl_))
@@ -94,6 +104,48 @@ uint64_t MemoryRegion::addr() const noexcept { return impl_->mr->iova(); }
 std::byte* MemoryRegion::data() const noexcept { return reinterpret_cast<std::byte*>(uintptr_t(impl_->mr->addr())); }
 size_t MemoryRegion::length() const noexcept { return size_t(impl_->mr->length()); }
 uint32_t MemoryRegion::access() const noexcept { return impl_->mr->access(); }
+
+// ------------------------------------------------------------ MemoryWindow
+
+MemoryWindow::MemoryWindow(std::unique_ptr<detail::MwImpl> impl) noexcept : impl_(std::move(impl)) {}
+MemoryWindow::MemoryWindow(MemoryWindow&&) noexcept = default;
+MemoryWindow& MemoryWindow::operator=(MemoryWindow&&) noexcept = default;
+MemoryWindow::~MemoryWindow() = default;
+
+MwType MemoryWindow::type() const noexcept { return impl_->mw->type(); }
+uint32_t MemoryWindow::rkey() const noexcept { return impl_->mw->rkey(); }
+
+SendWr MemoryWindow::bind(const MemoryRegion& mr, uint64_t addr, uint64_t length, uint32_t access,
+                          uint64_t wr_id) noexcept {
+  const uint32_t grant = (impl_->last_grant & ~0xffu) | ((impl_->last_grant + 1) & 0xffu);
+  impl_->last_grant = grant;
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = WrOpcode::bind_mw;
+  wr.send_flags = send_flags::kSignaled;
+  wr.rkey = grant;
+  wr.bind = {impl_->mw->rkey(), mr.lkey(), addr, length, access};
+  return wr;
+}
+
+SendWr MemoryWindow::unbind(uint64_t wr_id) noexcept {
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = WrOpcode::bind_mw;
+  wr.send_flags = send_flags::kSignaled;
+  wr.rkey = impl_->last_grant;
+  wr.bind = {impl_->mw->rkey(), 0, 0, 0, 0};
+  return wr;
+}
+
+SendWr MemoryWindow::invalidate(uint32_t rkey, uint64_t wr_id) noexcept {
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = WrOpcode::local_inv;
+  wr.send_flags = send_flags::kSignaled;
+  wr.imm_data = rkey;
+  return wr;
+}
 
 Sge MemoryRegion::sge(size_t offset, uint32_t len) const noexcept {
   return Sge{impl_->mr->addr() + offset, len, impl_->mr->lkey()};

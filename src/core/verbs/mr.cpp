@@ -10,6 +10,7 @@
 #include "net/registry.hpp"
 #include "transport/nic.hpp"
 #include "verbs/context.hpp"
+#include "verbs/mw.hpp"
 #include "verbs/pd.hpp"
 #include "verbs/process_memory.hpp"
 #include "verbs/unmap_watch.hpp"
@@ -109,6 +110,7 @@ Mr::~Mr() {
   {
     // Under the NIC lock: no packet is using the region once we return.
     std::lock_guard g(pd_->context().nic().mu());
+    if (windows() > 0) MwTable::instance().revoke_region(*this);
     MrTable::instance().dereg(*this);
   }
   pd_->users()--;

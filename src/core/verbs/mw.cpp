@@ -76,6 +76,11 @@ Mw* MwTable::lookup(uint32_t rkey) const noexcept {
   return mw;
 }
 
+void MwTable::revoke_region(const Mr& mr) noexcept {
+  for (Entry& e : entries_)
+    if (Mw* mw = e.mw.load(std::memory_order_acquire); mw && mw->mr_ == &mr) mw->unbind();
+}
+
 size_t MwTable::size() const noexcept {
   std::lock_guard g(const_cast<std::mutex&>(mu_));
   return live_;

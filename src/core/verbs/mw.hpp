@@ -33,8 +33,6 @@ namespace uroce::verbs {
 class Mr;
 class Pd;
 
-enum class MwType : uint8_t { type1 = 1, type2 = 2 };
-
 class Mw {
  public:
   static Result<std::unique_ptr<Mw>> alloc(Pd& pd, MwType type);
@@ -83,6 +81,10 @@ class MwTable {
 
   // The window whose key has `rkey`'s upper 24 bits (any grant of it).
   Mw* lookup(uint32_t rkey) const noexcept;
+  // Revokes every window bound to `mr` (the region is going away; the C
+  // ABI refuses that with EINVAL first, the C++ API's destructor cannot).
+  // NIC lock held.
+  void revoke_region(const Mr& mr) noexcept;
   size_t size() const noexcept;
 
  private:
