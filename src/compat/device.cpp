@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "compat.hpp"
+#include "net/interface_index.hpp"
 #include "transport/nic.hpp"
 
 #undef ibv_query_port
@@ -55,30 +56,6 @@ const DeviceList& device_list() {
     return l;
   }();
   return *list;
-}
-
-// Index of the interface holding `addr` (the loopback interface for any
-// address of its subnet), 0 if none.
-uint32_t interface_index(const IpAddr& addr) {
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return 0;
-  uint32_t index = 0;
-  for (ifaddrs* i = ifs; i && !index; i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    const int fam = i->ifa_addr->sa_family;
-    if (fam != AF_INET && fam != AF_INET6) continue;
-    const socklen_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    auto ep = Endpoint::from_sockaddr(i->ifa_addr, len);
-    if (!ep) continue;
-    bool match = ep->addr == addr;
-    if (!match && (i->ifa_flags & IFF_LOOPBACK) && i->ifa_netmask && addr.is_v4() && ep->addr.is_v4()) {
-      auto mask = Endpoint::from_sockaddr(i->ifa_netmask, len);
-      match = mask && (addr.v4() & mask->addr.v4()) == (ep->addr.v4() & mask->addr.v4());
-    }
-    if (match) index = if_nametoindex(i->ifa_name);
-  }
-  freeifaddrs(ifs);
-  return index;
 }
 
 ibv_mtu to_ibv_mtu(verbs::Mtu m) { return static_cast<ibv_mtu>(uint8_t(m)); }
@@ -252,7 +229,7 @@ void fill_gid_entry(ibv_context* context, uint32_t port_num, uint32_t index, ibv
   e.gid_index = index;
   e.port_num = port_num;
   e.gid_type = IBV_GID_TYPE_ROCE_V2;
-  e.ndev_ifindex = interface_index(g);
+  e.ndev_ifindex = net::interface_index(g);
 }
 
 }  // namespace

@@ -217,14 +217,22 @@ UROCE_C_API int ibv_query_qp_data_in_order(ibv_qp* /*qp*/, enum ibv_wr_opcode /*
   return 0;
 }
 
-UROCE_C_API int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* /*gid*/, uint16_t /*lid*/) {
-  if (!checked("ibv_attach_mcast", qp)) return errno;
-  return fail("ibv_attach_mcast", EOPNOTSUPP, "multicast is not supported");
+// UD multicast: the GID is the group (RoCEv2: an IPv4-mapped 224.0.0.0/4
+// address or an IPv6 ff00::/8 one); the LID means nothing on Ethernet.
+UROCE_C_API int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t /*lid*/) {
+  Qp* q = checked("ibv_attach_mcast", qp);
+  if (!q) return errno;
+  if (!gid) return fail("ibv_attach_mcast", EINVAL, "no GID given");
+  Status s = q->core->attach_mcast(IpAddr::from_bytes(gid->raw));
+  return s.ok() ? 0 : fail("ibv_attach_mcast", s);
 }
 
-UROCE_C_API int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* /*gid*/, uint16_t /*lid*/) {
-  if (!checked("ibv_detach_mcast", qp)) return errno;
-  return fail("ibv_detach_mcast", EOPNOTSUPP, "multicast is not supported");
+UROCE_C_API int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t /*lid*/) {
+  Qp* q = checked("ibv_detach_mcast", qp);
+  if (!q) return errno;
+  if (!gid) return fail("ibv_detach_mcast", EINVAL, "no GID given");
+  Status s = q->core->detach_mcast(IpAddr::from_bytes(gid->raw));
+  return s.ok() ? 0 : fail("ibv_detach_mcast", s);
 }
 
 UROCE_C_API int ibv_query_ece(ibv_qp* /*qp*/, ibv_ece* /*ece*/) {

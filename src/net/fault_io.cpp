@@ -414,4 +414,19 @@ size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
   return n;
 }
 
+// The inner I/O's wait fd may change on its first join: follow it.
+Status FaultIo::join_group(const IpAddr& group) {
+  const int old = inner_->wait_fd();
+  UROCE_TRY(inner_->join_group(group));
+  if (const int now = inner_->wait_fd(); now != old) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = 0;
+    (void)::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, old, nullptr);
+    if (::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, now, &ev) != 0)
+      return err::from_errno(errno, "epoll_ctl(inner wait fd) for fault injection");
+  }
+  return {};
+}
+
 }  // namespace uroce::net

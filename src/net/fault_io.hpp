@@ -67,6 +67,8 @@ class FaultIo final : public PacketIo {
   bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
   void done_wait() noexcept override { inner_->done_wait(); }
   size_t max_payload() const noexcept override { return inner_->max_payload(); }
+  Status join_group(const IpAddr& group) override;
+  Status leave_group(const IpAddr& group) override { return inner_->leave_group(group); }
   uint16_t gso_max_segments() const noexcept override { return cfg_.tx.any() ? 0 : inner_->gso_max_segments(); }
   IoStats stats() const noexcept override;
 

@@ -110,6 +110,17 @@ class PacketIo {
   // Largest UDP payload this I/O can carry.
   virtual size_t max_payload() const noexcept = 0;
 
+  // Receives the datagrams sent to IP multicast group `group` on the RoCEv2
+  // port (UD multicast), through the interface of local(); leave_group()
+  // stops.  wait_fd() may change on the first join (the caller polling it
+  // must look again).  EOPNOTSUPP where the I/O has no multicast.
+  virtual Status join_group(const IpAddr& group) {
+    return err::from_errno(EOPNOTSUPP, "multicast " + group.to_string() + ": not on this packet I/O");
+  }
+  virtual Status leave_group(const IpAddr& group) {
+    return err::from_errno(EOPNOTSUPP, "multicast " + group.to_string() + ": not on this packet I/O");
+  }
+
   // Longest GSO train send_batch() takes (see TxPacket::gso_segments); 0
   // when this I/O cannot send trains.
   virtual uint16_t gso_max_segments() const noexcept { return 0; }

@@ -74,6 +74,8 @@ class ShmIo final : public PacketIo {
   size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
   size_t recv_batch(std::span<RxPacket> out) noexcept override;
   int wait_fd() const noexcept override { return udp_->wait_fd(); }
+  Status join_group(const IpAddr& group) override { return udp_->join_group(group); }
+  Status leave_group(const IpAddr& group) override { return udp_->leave_group(group); }
   bool prepare_wait() noexcept override;
   void done_wait() noexcept override;
   // A sleeper looks at the ring at least this often: under heavy load a

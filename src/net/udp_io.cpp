@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "common/log.hpp"
 #include "net/doorbell.hpp"
+#include "net/interface_index.hpp"
 #include "net/proc_info.hpp"
 
 namespace uroce::net {
@@ -415,14 +417,75 @@ size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
   // A batch of nothing but doorbells says nothing about what follows it.
   for (int round = 0; round < 4; ++round) {
     const bool fresh = rx_cur_ == rx_msgs_;
-    const size_t n = recv_some(out);
+    const size_t n = recv_some(out, fd_.get());
     if (n > 0) return n;
-    if (fresh && rx_msgs_ < batch_) return 0;  // the socket is drained
+    if (fresh && rx_msgs_ < batch_) break;  // the socket is drained
   }
+  for (const McastSocket& m : mcast_)  // then the multicast groups
+    if (const size_t n = recv_some(out, m.fd.get()); n > 0) return n;
   return 0;
 }
 
-size_t UdpIo::recv_some(std::span<RxPacket> out) noexcept {
+Status UdpIo::join_group(const IpAddr& group) {
+  if (!group.is_multicast()) return err::inval(group.to_string() + " is not a multicast address");
+  if (group.is_v4() != local_.addr.is_v4())
+    return err::inval("multicast group " + group.to_string() + " is not of the device's address family");
+  for (const McastSocket& m : mcast_)
+    if (m.group == group) return {};
+  UniqueFd fd(::socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
+  if (!fd.valid()) return err::from_errno(errno, "socket for multicast " + group.to_string());
+  UdpConfig cfg;
+  cfg.gso = false;
+  UROCE_TRY(configure_socket(fd.get(), v6_, cfg));
+  UROCE_TRY(set_int(fd.get(), SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR"));
+  const std::string what = "multicast " + group.to_string() + " on " + local_.addr.to_string();
+  if (v6_) {
+    UROCE_TRY(set_int(fd.get(), IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0, "IPV6_MULTICAST_ALL"));
+    const unsigned ifindex = interface_index(local_.addr);
+    ipv6_mreq mr{};
+    mr.ipv6mr_multiaddr = group.to_in6();
+    mr.ipv6mr_interface = ifindex;
+    if (::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &mr, sizeof mr) != 0)
+      return err::from_errno(errno, what + ": IPV6_ADD_MEMBERSHIP: " + std::strerror(errno));
+  } else {
+    UROCE_TRY(set_int(fd.get(), IPPROTO_IP, IP_MULTICAST_ALL, 0, "IP_MULTICAST_ALL"));
+    ip_mreq mr{};
+    mr.imr_multiaddr = group.to_in();
+    mr.imr_interface = local_.addr.to_in();
+    if (::setsockopt(fd.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof mr) != 0)
+      return err::from_errno(errno, what + ": IP_ADD_MEMBERSHIP: " + std::strerror(errno));
+  }
+  sockaddr_storage ss;
+  const Endpoint at{group, kRoceV2Port};
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), at.to_sockaddr(ss)) != 0)
+    return err::from_errno(errno, what + ": bind " + at.to_string() + ": " + std::strerror(errno));
+  if (!wait_ep_.valid()) {
+    UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+    if (!ep.valid()) return err::from_errno(errno, "epoll_create1 for multicast");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd_.get(), &ev) != 0) return err::from_errno(errno, "epoll_ctl");
+    wait_ep_ = std::move(ep);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (::epoll_ctl(wait_ep_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) return err::from_errno(errno, "epoll_ctl");
+  mcast_.push_back({group, std::move(fd)});
+  return {};
+}
+
+Status UdpIo::leave_group(const IpAddr& group) {
+  for (auto it = mcast_.begin(); it != mcast_.end(); ++it)
+    if (it->group == group) {
+      if (rx_cur_ < rx_msgs_) rx_cur_ = rx_msgs_;  // (buffered datagrams may be of this socket: dropped)
+      (void)::epoll_ctl(wait_ep_.get(), EPOLL_CTL_DEL, it->fd.get(), nullptr);
+      mcast_.erase(it);  // closing the socket leaves the group
+      return {};
+    }
+  return err::inval("multicast group " + group.to_string() + " was not joined");
+}
+
+size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
   Rings& r = *r_;
   if (rx_cur_ == rx_msgs_) {  // everything handed out: read more
     for (size_t i = 0; i < batch_; ++i) {
@@ -432,7 +495,7 @@ size_t UdpIo::recv_some(std::span<RxPacket> out) noexcept {
       h.msg_flags = 0;
     }
     // MSG_TRUNC: msg_len reports the datagram's real length.
-    const int got = ::recvmmsg(fd_.get(), r.rx_msgs.data(), unsigned(batch_), MSG_TRUNC, nullptr);
+    const int got = ::recvmmsg(fd, r.rx_msgs.data(), unsigned(batch_), MSG_TRUNC, nullptr);
     if (got <= 0) {  // EAGAIN: nothing waiting
       rx_msgs_ = rx_cur_ = 0;
       return 0;

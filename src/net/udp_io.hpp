@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
@@ -63,7 +64,15 @@ class UdpIo final : public PacketIo {
   Endpoint local() const noexcept override { return local_; }
   size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
   size_t recv_batch(std::span<RxPacket> out) noexcept override;
-  int wait_fd() const noexcept override { return fd_.get(); }
+  // The socket, or once a multicast group is joined an epoll set of the
+  // socket and the groups' sockets.
+  int wait_fd() const noexcept override { return wait_ep_.valid() ? wait_ep_.get() : fd_.get(); }
+  // A socket bound to GROUP:4791 (SO_REUSEADDR: every process of the host
+  // that joins gets each datagram), joined on our address's interface, only
+  // that group's datagrams (IP_MULTICAST_ALL off).  Read when the unicast
+  // socket has nothing.
+  Status join_group(const IpAddr& group) override;
+  Status leave_group(const IpAddr& group) override;
   size_t max_payload() const noexcept override { return max_payload_; }
   uint16_t gso_max_segments() const noexcept override { return gso_ ? kMaxGsoSegments : 0; }
   IoStats stats() const noexcept override { return stats_; }
@@ -92,11 +101,17 @@ class UdpIo final : public PacketIo {
   size_t flush(size_t n) noexcept;
   // Reads the metadata of datagram i of the last recvmmsg into rx_meta.
   void parse_rx(size_t i) noexcept;
-  size_t recv_some(std::span<RxPacket> out) noexcept;  // recv_batch's one recvmmsg
+  size_t recv_some(std::span<RxPacket> out, int fd) noexcept;  // recv_batch's one recvmmsg
   bool wait_writable() noexcept;
 
   UniqueFd fd_;
   std::unique_ptr<PortGroup> group_;  // the shared port's group, if we are in one
+  struct McastSocket {
+    IpAddr group;
+    UniqueFd fd;
+  };
+  std::vector<McastSocket> mcast_;  // joined multicast groups
+  UniqueFd wait_ep_;                // fd_ + mcast_ sockets, from the first join
   Endpoint local_;
   bool v6_ = false;
   size_t batch_ = 0;

@@ -27,7 +27,8 @@ namespace uroce::transport {
   X(fault_tx_corrupted) X(fault_rx_dropped) X(fault_rx_duplicated) X(fault_rx_reordered) \
   X(fault_rx_delayed) X(fault_rx_corrupted) X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) \
   X(shm_rx_skipped) X(doorbells_tx) X(doorbells_rx) \
-  X(mw_binds) X(mw_bind_errors) X(mw_local_invalidations) X(mw_remote_invalidations) X(resp_invalidate_errors)
+  X(mw_binds) X(mw_bind_errors) X(mw_local_invalidations) X(mw_remote_invalidations) X(resp_invalidate_errors) \
+  X(mcast_attaches) X(mcast_rx_packets) X(mcast_tx_packets)
 // clang-format on
 
 struct Counters {

@@ -1,6 +1,7 @@
 #include "transport/nic.hpp"
 
 #include <pthread.h>
+#include <sys/epoll.h>
 
 #include <cstdlib>
 #include <map>
@@ -206,8 +207,58 @@ Status Nic::attach(QpEngine& qp) {
 }
 
 void Nic::detach(QpEngine& qp) noexcept {
+  detach_mcast_all(qp.qpn());
   qps_->remove(qp.qpn(), qp);
   detach_lists(qp);
+}
+
+Status Nic::attach_mcast(const IpAddr& group, uint32_t qpn) {
+  std::lock_guard g(mu_);
+  auto& qps = mcast_[group];
+  if (std::find(qps.begin(), qps.end(), qpn) != qps.end())
+    return err::inval("QP " + std::to_string(qpn) + " is already attached to " + group.to_string());
+  if (qps.empty()) {
+    const int old = io_->wait_fd();
+    if (Status s = io_->join_group(group); !s.ok()) {
+      mcast_.erase(group);
+      return s;
+    }
+    if (const int now = io_->wait_fd(); now != old && epfd_ >= 0) {
+      // The thread sleeps on the old fd, perhaps: it re-arms the new one.
+      (void)::epoll_ctl(epfd_, EPOLL_CTL_DEL, old, nullptr);
+      epoll_event ev{};
+      ev.data.u32 = 1;
+      (void)::epoll_ctl(epfd_, EPOLL_CTL_ADD, now, &ev);
+      rearm_.store(true, std::memory_order_release);
+      kick();
+    }
+  }
+  qps.push_back(qpn);
+  ++counters_.mcast_attaches;
+  return {};
+}
+
+void Nic::leave_if_empty(const IpAddr& group) noexcept {
+  auto it = mcast_.find(group);
+  if (it == mcast_.end() || !it->second.empty()) return;
+  (void)io_->leave_group(group);
+  mcast_.erase(it);
+}
+
+Status Nic::detach_mcast(const IpAddr& group, uint32_t qpn) {
+  std::lock_guard g(mu_);
+  auto it = mcast_.find(group);
+  if (it == mcast_.end() || std::erase(it->second, qpn) == 0)
+    return err::inval("QP " + std::to_string(qpn) + " is not attached to " + group.to_string());
+  leave_if_empty(group);
+  return {};
+}
+
+void Nic::detach_mcast_all(uint32_t qpn) noexcept {
+  std::vector<IpAddr> emptied;
+  for (auto& [group, qps] : mcast_)
+    if (std::erase(qps, qpn) && qps.empty()) emptied.push_back(group);
+  for (const IpAddr& group : emptied) leave_if_empty(group);
 }
 
 void Nic::detach_lists(QpEngine& qp) noexcept {
@@ -353,7 +404,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
   ip.src = raw.src.addr;
   ip.dst = raw.dst;
   ip.src_port = raw.src.port;
-  ip.dst_port = local_.port;
+  ip.dst_port = raw.dst.is_multicast() ? net::kRoceV2Port : local_.port;
   ip.ipv4_id = raw.ipv4_id_hint;  // a GRO train's packet i: ID i (verify_icrc solves others)
   ip.ipv4_frag = 0x4000;
   switch (wire::verify_icrc(ip, raw.data)) {
@@ -378,6 +429,10 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
   }
   if (pkt.hdr.bth.dest_qp == kGsiQpn) {  // QP1: the connection manager's (gsi.cpp)
     gsi_receive(pkt, raw);
+    return;
+  }
+  if (pkt.hdr.bth.dest_qp == kMulticastQpn) {
+    deliver_multicast(pkt, raw);
     return;
   }
   QpEngine* qp = find_qp(pkt.hdr.bth.dest_qp);
@@ -414,6 +469,27 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
       ++counters_.rx_bad_state;
   } else {
     responder_receive(*this, *qp, pkt);
+  }
+}
+
+// A UD datagram to a multicast group: a copy to each QP attached to the
+// group it was sent to (each checks its own Q_Key and takes a receive), but
+// not to the QP that sent it when it comes back to us (IP_MULTICAST_LOOP
+// gives the host's other subscribers their copy).
+void Nic::deliver_multicast(const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+  auto it = raw.dst.is_multicast() ? mcast_.find(raw.dst) : mcast_.end();
+  if (it == mcast_.end() || pkt.info->service != wire::Service::ud) {
+    ++counters_.rx_unknown_qp;
+    return;
+  }
+  ++counters_.mcast_rx_packets;
+  const bool from_us = raw.src.addr == local_.addr;
+  for (const uint32_t qpn : it->second) {
+    QpEngine* qp = find_qp(qpn);
+    if (!qp || (from_us && pkt.hdr.deth.src_qp == qpn)) continue;
+    const verbs::QpState st = qp->state();
+    if (st == verbs::QpState::reset || st == verbs::QpState::init || st == verbs::QpState::err) continue;
+    ud_receive(*this, *qp, pkt, raw);
   }
 }
 

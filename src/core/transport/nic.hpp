@@ -30,6 +30,7 @@
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
+#include "net/udp_io.hpp"
 #include "transport/counters.hpp"
 #include "transport/peer_ports.hpp"
 #include "transport/ports.hpp"
@@ -102,10 +103,20 @@ class Nic {
   void detach_lists(QpEngine& qp) noexcept;  // off the transmit/ACK lists
   QpEngine* find_qp(uint32_t qpn) const noexcept { return qps_ ? qps_->find(qpn) : nullptr; }
 
-  // UDP endpoint of (gid, qpn) (peer_ports.hpp).  NIC lock held.
+  // UDP endpoint of (gid, qpn) (peer_ports.hpp; a multicast GID is its IP
+  // group on the RoCEv2 port).  NIC lock held.
   Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false) noexcept {
+    if (gid.is_multicast()) return {gid, net::kRoceV2Port};
     return ports_.resolve(gid, qpn, fresh);
   }
+
+  // UD multicast (ibv_attach_mcast): QP `qpn` receives what is sent to
+  // multicast GID `group` (QPN 0xFFFFFF); the first QP of a group joins it
+  // on the packet I/O.  EINVAL if already attached; detach: EINVAL if not.
+  // Take the lock themselves.
+  Status attach_mcast(const IpAddr& group, uint32_t qpn);
+  Status detach_mcast(const IpAddr& group, uint32_t qpn);
+  void detach_mcast_all(uint32_t qpn) noexcept;  // a QP going away; NIC lock held
 
   // ---- NIC lock held ----
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
@@ -152,6 +163,7 @@ class Nic {
     uint16_t pkey;
   };
   static constexpr uint32_t kGsiQpn = 1;
+  static constexpr uint32_t kMulticastQpn = 0xffffff;  // a UD datagram to a multicast group
   static constexpr uint32_t kGsiQkey = 0x80010000;
   using GsiHandler = std::function<void(const GsiPacket&)>;
   void set_gsi_handler(GsiHandler h);  // takes the NIC lock; empty: none
@@ -172,7 +184,8 @@ class Nic {
   explicit Nic(const NicConfig& cfg);
   Status open_io(const IoFactory* factory);
   void dispatch(net::RxPacket& pkt) noexcept;
-  void gsi_receive(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;  // NIC lock held
+  void gsi_receive(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;        // NIC lock held
+  void deliver_multicast(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;  // NIC lock held
   void run_timers() noexcept;
   void progress_thread_main() noexcept;
   void kick() noexcept;
@@ -213,6 +226,11 @@ class Nic {
   // progress thread
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  // The packet I/O's wait fd changed (its first multicast join): the
+  // progress thread arms the new one.
+  std::atomic<bool> rearm_{false};
+  std::map<IpAddr, std::vector<uint32_t>> mcast_;  // group -> attached QPs
+  void leave_if_empty(const IpAddr& group) noexcept;
   int epfd_ = -1;
   int kick_fd_ = -1;
   std::atomic<uint64_t> app_activity_{0};       // bumped by every application-driven poll

@@ -250,6 +250,7 @@ void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   h.deth.qkey = (w.ud_qkey & 0x80000000u) ? qp.attr.qkey : w.ud_qkey;
   h.deth.src_qp = qp.qpn();
   h.imm = w.imm;
+  if (w.ud_dst.addr.is_multicast()) ++nic.counters().mcast_tx_packets;
   std::span<const uint8_t> body;
   if (w.is_inline) {
     body = {qp.sq.inline_data(idx), w.length};

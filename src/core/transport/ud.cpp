@@ -69,7 +69,7 @@ void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPa
     f.src = raw.src.addr;
     f.dst = raw.dst;
     f.src_port = raw.src.port;
-    f.dst_port = nic.local().port;
+    f.dst_port = raw.dst.is_multicast() ? net::kRoceV2Port : nic.local().port;
     wire::IpVariantFields v;
     v.tos = raw.tos;
     v.ttl = raw.ttl;

@@ -237,4 +237,15 @@ Status Qp::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
   return engine_->post_recv(wrs, bad);
 }
 
+Status Qp::attach_mcast(const IpAddr& group) {
+  if (type() != QpType::ud) return err::inval("only UD QPs join multicast groups");
+  if (!group.is_multicast()) return err::inval(group.to_string() + " is not a multicast GID");
+  return nic_->attach_mcast(group, qpn_);
+}
+
+Status Qp::detach_mcast(const IpAddr& group) {
+  if (!group.is_multicast()) return err::inval(group.to_string() + " is not a multicast GID");
+  return nic_->detach_mcast(group, qpn_);
+}
+
 }  // namespace uroce::verbs

@@ -53,6 +53,12 @@ class Qp final : private transport::QpOwner {
   // Posts send WRs in order; stops at the first invalid one (*bad = index).
   Status post_send(std::span<const SendWr> wrs, size_t* bad);
   Status post_recv(std::span<const RecvWr> wrs, size_t* bad);
+  // UD multicast (ibv_attach_mcast / ibv_detach_mcast): receive what is
+  // sent to multicast GID `group`.  EINVAL for a QP that is not UD, a GID
+  // that is not multicast or not of the device's family, attaching twice
+  // or detaching what is not attached.
+  Status attach_mcast(const IpAddr& group);
+  Status detach_mcast(const IpAddr& group);
 
   uint32_t qpn() const noexcept { return qpn_; }
   QpType type() const noexcept { return init_.qp_type; }
