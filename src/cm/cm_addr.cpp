@@ -53,10 +53,12 @@ Status Cm::resolve_addr(Id* id, const std::optional<Endpoint>& src, const Endpoi
   if (id->state_ == State::addr_bound && !is_any_address(id->src_.addr) && id->src_.addr.is_v4() != dst.addr.is_v4())
     return err::inval("rdma_resolve_addr: source and destination are of different families");
   GsiPort* port = id->port_;
+  // A multicast destination resolves to the device that will join it (the
+  // bound one, else as routing picks one): rdma_join_multicast follows.
   if (!port) port = ids_.route_port(dst.addr);
-  if (!port || dst.addr.is_multicast()) {
+  if (!port) {
     enter(id, nullptr, *row, /*failed=*/true);  // the state stays
-    emit_simple(id, EventType::addr_error, -(port ? EOPNOTSUPP : ENODEV));
+    emit_simple(id, EventType::addr_error, -ENODEV);
     return {};
   }
   if (id->state_ == State::idle) {

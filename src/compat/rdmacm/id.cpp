@@ -412,18 +412,6 @@ UROCE_C_API int rdma_set_option(rdma_cm_id* id, int level, int optname, void* op
 
 // ------------------------------------------------------------------ not provided
 
-UROCE_C_API int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) {
-  return fail("rdma_join_multicast", EOPNOTSUPP, "multicast is not supported by uroce");
-}
-
-UROCE_C_API int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
-  return fail("rdma_join_multicast_ex", EOPNOTSUPP, "multicast is not supported by uroce");
-}
-
-UROCE_C_API int rdma_leave_multicast(rdma_cm_id*, sockaddr*) {
-  return fail("rdma_leave_multicast", EOPNOTSUPP, "multicast is not supported by uroce");
-}
-
 UROCE_C_API int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) {
   return fail("rdma_set_local_ece", EOPNOTSUPP, "enhanced connection establishment is not supported");
 }

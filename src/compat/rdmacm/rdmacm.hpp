@@ -97,6 +97,12 @@ struct CmId {
   uint8_t req_responder_resources = 0;
   uint8_t req_initiator_depth = 0;
   ibv_sa_path_rec path{};
+  // multicast groups joined (multicast.cpp)
+  struct Join {
+    IpAddr group;
+    bool attached;  // its QP is attached to the group
+  };
+  std::vector<Join> joins;
   // events handed out and not acknowledged
   std::mutex mu;
   std::condition_variable cv;
