@@ -567,6 +567,89 @@ def cmd_shared(a):
     return 0 if ok else 1
 
 
+def cmd_mckey(a):
+    """UD multicast with rdma_rxe: mckey subscribes on one side and sends on
+    the other (a.role: uroce's part, "publisher" or "subscriber"); the
+    subscriber must receive all 10 messages, both exit 0, the frames on the
+    bridge pass the ICRC checker."""
+    try:
+        with open(a.state) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        log("no guest (the fixture rxe.peer.up did not run or failed)")
+        return 1
+    if state.get("skip"):
+        log("SKIP:", state["skip"])
+        return 77
+    group = "239.99.0.1" if a.role == "publisher" else "239.99.0.2"
+    count = 10
+    work = tempfile.mkdtemp(prefix="uroce-rxe-")
+    lib = a.lib + (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
+    host_cmd = [PEER, "host", "env", f"LD_LIBRARY_PATH={lib}", f"UROCE_ADDR={HOST}", "UROCE_GSO=0",
+                f"UROCE_REGISTRY={os.path.join(work, 'registry')}", "stdbuf", "-oL", "mckey", "-m", group, "-b", HOST,
+                "-C", str(count)]
+    guest_cmd = f"timeout -s KILL {int(a.timeout) - 5} mckey -m {group} -b $RXE_IP -C {count}"
+    ok, host_proc, cap = True, None, None
+    try:
+        before = rxe_counters(state)
+        cap = BridgeCapture(state, work)
+        host_log = open(os.path.join(work, "uroce.log"), "w+")
+        if a.role == "publisher":  # rxe subscribes first, then uroce sends
+            guest(state, f"( {guest_cmd} & echo $! > /tmp/mc.pid; wait $!; echo EXIT=$? ) > /tmp/mc.log 2>&1 &")
+            guest(state, "for i in $(seq 100); do grep -q 'joined dgid' /tmp/mc.log && exit 0; sleep 0.1; done; exit 1",
+                  timeout=30)
+            host_proc = subprocess.Popen(host_cmd + ["-s"], env=peer_env(state), stdout=host_log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+            hrc = host_proc.wait(a.timeout)
+            guest(state, "for i in $(seq 100); do grep -q EXIT= /tmp/mc.log && break; sleep 0.1; done", 20)
+            _, gout = guest(state, "kill -9 $(cat /tmp/mc.pid) 2>/dev/null; cat /tmp/mc.log")
+        else:  # uroce subscribes first, then rxe sends
+            host_proc = subprocess.Popen(host_cmd, env=peer_env(state), stdout=host_log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+            deadline = time.time() + 20
+            while time.time() < deadline and host_proc.poll() is None:
+                host_log.seek(0)
+                if "joined dgid" in host_log.read():
+                    break
+                time.sleep(0.1)
+            _, gout = guest(state, guest_cmd + " -s; echo EXIT=$?", timeout=a.timeout)
+            hrc = host_proc.wait(a.timeout)
+        m = re.search(r"EXIT=(\d+)\s*$", gout)
+        grc = int(m.group(1)) if m else 1
+        host_log.seek(0)
+        hout = host_log.read()
+        cap.stop()
+        after = rxe_counters(state)
+        print(f"----- uroce mckey ({a.role}), exit {hrc}\n{hout.rstrip()}")
+        print(f"----- rdma_rxe mckey, exit {grc}\n{gout.rstrip()}")
+        for name, rc, text in (("uroce", hrc, hout), ("rxe", grc, gout)):
+            if rc != 0 or "data transfers complete" not in text:
+                log(f"{name} mckey did not complete (exit {rc})")
+                ok = False
+        r = subprocess.run([sys.executable, ROCE_CHECK, cap.pcap, "--min-frames", str(count), "--expect-opcodes", "0x65"],
+                           capture_output=True, text=True)
+        print("----- capture on the bridge\n" + r.stdout.rstrip())
+        ok &= r.returncode == 0
+        grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
+                 if after.get(k, 0) != before.get(k, 0)}
+        if grown:
+            log("rxe error counters grew:", grown)
+            ok = False
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        log("error:", e)
+        ok = False
+    finally:
+        if host_proc and host_proc.poll() is None:
+            os.killpg(host_proc.pid, signal.SIGKILL)
+            host_proc.wait()
+        if cap:
+            cap.stop()
+        guest(state, "kill -9 $(cat /tmp/mc.pid) 2>/dev/null; rm -f /tmp/mc.pid /tmp/mc.log", 20)
+        shutil.rmtree(work, ignore_errors=True)
+    print("RESULT:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--state", required=True)
@@ -579,13 +662,17 @@ def main():
     p.add_argument("role", choices=["client", "server"])
     p.add_argument("--lib", required=True)
     p.add_argument("--timeout", type=float, default=60)
+    p = sub.add_parser("mckey")
+    p.add_argument("role", choices=["publisher", "subscriber"])
+    p.add_argument("--lib", required=True)
+    p.add_argument("--timeout", type=float, default=60)
     p = sub.add_parser("shared")
     p.add_argument("--lib", required=True)
     p.add_argument("--timeout", type=float, default=90)
     a = ap.parse_args()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: sys.exit(128 + s))
-    return {"up": cmd_up, "down": cmd_down, "case": cmd_case, "shared": cmd_shared}[a.what](a)
+    return {"up": cmd_up, "down": cmd_down, "case": cmd_case, "shared": cmd_shared, "mckey": cmd_mckey}[a.what](a)
 
 
 if __name__ == "__main__":
