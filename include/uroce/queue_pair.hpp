@@ -88,6 +88,13 @@ class QueuePair {
   Status post_recv(std::span<const RecvWr> wrs, size_t* bad = nullptr);
   Status post_recv(const RecvWr& wr);
 
+  // UD multicast: receive what is sent to multicast GID `group` (an
+  // IPv4-mapped 224.0.0.0/4 address or an IPv6 ff00::/8 one) with QPN
+  // 0xFFFFFF; the device joins the IP group.  EINVAL unless UD and a
+  // multicast GID, or when already attached (detach: when not attached).
+  Status attach_mcast(const IpAddr& group);
+  Status detach_mcast(const IpAddr& group);
+
   explicit operator bool() const noexcept { return impl_ != nullptr; }
 
  private:

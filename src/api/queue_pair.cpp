@@ -207,4 +207,7 @@ SrqConfig SharedReceiveQueue::query() const {
   return SrqConfig{a.max_wr, a.max_sge, a.srq_limit};
 }
 
+Status QueuePair::attach_mcast(const IpAddr& group) { return impl_->qp->attach_mcast(group); }
+Status QueuePair::detach_mcast(const IpAddr& group) { return impl_->qp->detach_mcast(group); }
+
 }  // namespace uroce

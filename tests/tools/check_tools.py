@@ -113,6 +113,18 @@ def baseline(uroce):
     check(j["received"] > 0 and number(j["msgs_per_s"]) and j["msgs_per_s"] > 0, "udp-rate", j)
 
 
+def pubsub(uroce):
+    # Every receive posted before the first version (depth above the
+    # count): each subscriber must get every version once, byte-exact.
+    out = run([uroce, "pubsub", "--subscribers", "3", "--count", "300", "--depth", "320", "--interval-us", "100",
+               "--addr-base", "127.0.88", "--group", "239.88.0.1"])
+    rows = re.findall(r"^(\d+)\s+(127\.0\.88\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$", out, re.M)
+    check(len(rows) == 3, "a row per subscriber", out)
+    for r in rows:
+        received, lost, dup, _, corrupted = map(int, r[2:])
+        check(received == 300 and lost == 0 and dup == 0 and corrupted == 0, f"subscriber {r[0]}: all 300 once", out)
+
+
 def main():
     what, uroce = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as d:
@@ -123,6 +135,8 @@ def main():
             perf(uroce)
         elif what == "baseline":
             baseline(uroce)
+        elif what == "pubsub":
+            pubsub(uroce)
         else:
             sys.exit(f"unknown check {what}")
     print("ok")

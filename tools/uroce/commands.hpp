@@ -19,5 +19,6 @@ Command add_pingpong(CLI::App& root);
 Command add_perf(CLI::App& root);
 Command add_baseline(CLI::App& root);
 Command add_exec(CLI::App& root);
+Command add_pubsub(CLI::App& root);
 
 }  // namespace uroce::cli
