@@ -217,14 +217,19 @@ def ucx_client_server(r, a):
 
 # ---------------------------------------------------------------- Open MPI
 
-def mpi(r, a):
-    need("mpicc", "mpirun")
-    (tl,) = a.args
+def build_mpi_check(r):
     exe = os.path.join(r.work, "mpi_check")
     cc = subprocess.run(["mpicc", "-O1", "-o", exe, os.path.join(HERE, "mpi_check.c")], capture_output=True,
                         text=True)
     if cc.returncode != 0:
         raise Fail("mpicc failed: " + cc.stderr[-2000:])
+    return exe
+
+
+def mpi(r, a):
+    need("mpicc", "mpirun")
+    (tl,) = a.args
+    exe = build_mpi_check(r)
     # UCX_TLS without a shared-memory transport: the ranks talk through uroce.
     rc, out = r.run("mpirun", ["mpirun", "--oversubscribe", "-np", "2", "--mca", "pml", "ucx", "--mca", "osc",
                                "ucx", "--mca", "btl", "^openib,uct", "-x", f"UCX_TLS={tl},self", "-x",
@@ -243,11 +248,7 @@ def mpi_netns(r, a):
     group (issue 18)."""
     need("mpicc", "mpirun", "orted")
     (tl,) = a.args
-    exe = os.path.join(r.work, "mpi_check")
-    cc = subprocess.run(["mpicc", "-O1", "-o", exe, os.path.join(HERE, "mpi_check.c")], capture_output=True,
-                        text=True)
-    if cc.returncode != 0:
-        raise Fail("mpicc failed: " + cc.stderr[-2000:])
+    exe = build_mpi_check(r)
     prefix = with_netns(r)
     ns = r.netns
     agent = os.path.join(r.work, "agent.sh")

@@ -306,16 +306,25 @@ def rxe_counters(state):
     return c
 
 
-def cmd_case(a):
+def load_state(a):
+    """The guest's state (from rxe.peer.up), or (None, exit status): 1 if
+    there is no guest, 77 if it was skipped."""
     try:
         with open(a.state) as f:
             state = json.load(f)
     except (OSError, ValueError):
         log("no guest (the fixture rxe.peer.up did not run or failed)")
-        return 1
+        return None, 1
     if state.get("skip"):
         log("SKIP:", state["skip"])
-        return 77
+        return None, 77
+    return state, 0
+
+
+def cmd_case(a):
+    state, rc = load_state(a)
+    if state is None:
+        return rc
     c = CASES[a.program]
     prog = a.program
     port = 18000 + (os.getpid() % 2000)
@@ -466,15 +475,9 @@ def cmd_shared(a):
     clients in the guest, all at once: the guest knows nothing of uroce's
     port group and sends everything to 10.99.0.1:4791, so both servers are
     reachable only if each packet reaches the process of its QP."""
-    try:
-        with open(a.state) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        log("no guest (the fixture rxe.peer.up did not run or failed)")
-        return 1
-    if state.get("skip"):
-        log("SKIP:", state["skip"])
-        return 77
+    state, rc = load_state(a)
+    if state is None:
+        return rc
     progs = ["ibv_rc_pingpong", "ibv_ud_pingpong"]
     base = 20000 + (os.getpid() % 2000)
     work = tempfile.mkdtemp(prefix="uroce-rxe-")
@@ -572,15 +575,9 @@ def cmd_mckey(a):
     the other (a.role: uroce's part, "publisher" or "subscriber"); the
     subscriber must receive all 10 messages, both exit 0, the frames on the
     bridge pass the ICRC checker."""
-    try:
-        with open(a.state) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        log("no guest (the fixture rxe.peer.up did not run or failed)")
-        return 1
-    if state.get("skip"):
-        log("SKIP:", state["skip"])
-        return 77
+    state, rc = load_state(a)
+    if state is None:
+        return rc
     group = "239.99.0.1" if a.role == "publisher" else "239.99.0.2"
     count = 10
     work = tempfile.mkdtemp(prefix="uroce-rxe-")
