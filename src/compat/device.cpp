@@ -84,6 +84,9 @@ void fill_device_attr(const Context& c, ibv_device_attr& a) {
   a.max_cqe = int(d.max_cqe);
   a.max_mr = int(d.max_mr);
   a.max_mw = int(verbs::MwTable::kMaxMws);
+  a.max_mcast_grp = int(transport::Nic::kMaxMcastGroups);
+  a.max_mcast_qp_attach = int(transport::Nic::kMaxMcastQpAttach);
+  a.max_total_mcast_qp_attach = int(transport::Nic::kMaxTotalMcastQpAttach);
   a.max_pd = int(d.max_pd);
   a.max_qp_rd_atom = int(d.max_qp_rd_atom);
   a.max_res_rd_atom = int(std::min<uint64_t>(uint64_t(d.max_qp_rd_atom) * d.max_qp, INT32_MAX));

@@ -132,5 +132,25 @@ TEST_F(Mcast, OnlyUdQpsJoinMulticastGids) {
   // Destroying an attached QP leaves the group (TearDown destroys it).
 }
 
+// The limits the device reports hold: a group takes max_mcast_qp_attach QPs.
+TEST_F(Mcast, AGroupTakesMaxMcastQpAttachQps) {
+  ibv_device_attr a{};
+  ASSERT_EQ(ibv_query_device(ctx_, &a), 0);
+  ASSERT_GT(a.max_mcast_grp, 0);
+  ASSERT_GT(a.max_mcast_qp_attach, 0);
+  ASSERT_LT(a.max_mcast_qp_attach, 1000);
+  EXPECT_EQ(a.max_total_mcast_qp_attach, a.max_mcast_grp * a.max_mcast_qp_attach);
+  ibv_cq* c = cq(1024);
+  const ibv_gid g = group(3);
+  for (int i = 0; i < a.max_mcast_qp_attach; ++i) {
+    ibv_qp* q = qp(IBV_QPT_UD, c, c);
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(ibv_attach_mcast(q, &g, 0), 0) << i;
+  }
+  ibv_qp* one_more = qp(IBV_QPT_UD, c, c);
+  ASSERT_NE(one_more, nullptr);
+  EXPECT_EQ(ibv_attach_mcast(one_more, &g, 0), ENOMEM);
+}
+
 }  // namespace
 }  // namespace compat_test

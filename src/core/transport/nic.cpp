@@ -214,7 +214,12 @@ void Nic::detach(QpEngine& qp) noexcept {
 
 Status Nic::attach_mcast(const IpAddr& group, uint32_t qpn) {
   std::lock_guard g(mu_);
+  if (!mcast_.contains(group) && mcast_.size() >= kMaxMcastGroups)
+    return err::nomem("the device is in " + std::to_string(kMaxMcastGroups) + " multicast groups (max_mcast_grp)");
   auto& qps = mcast_[group];
+  if (qps.size() >= kMaxMcastQpAttach)
+    return err::nomem(std::to_string(kMaxMcastQpAttach) + " QPs are attached to " + group.to_string() +
+                      " (max_mcast_qp_attach)");
   if (std::find(qps.begin(), qps.end(), qpn) != qps.end())
     return err::inval("QP " + std::to_string(qpn) + " is already attached to " + group.to_string());
   if (qps.empty()) {

@@ -115,6 +115,11 @@ class Nic {
   // on the packet I/O.  EINVAL if already attached; detach: EINVAL if not.
   // Take the lock themselves.
   Status attach_mcast(const IpAddr& group, uint32_t qpn);
+  // Limits (ibv_device_attr's max_mcast_grp, max_mcast_qp_attach and
+  // max_total_mcast_qp_attach): ENOMEM beyond them.
+  static constexpr uint32_t kMaxMcastGroups = 1024;
+  static constexpr uint32_t kMaxMcastQpAttach = 64;
+  static constexpr uint32_t kMaxTotalMcastQpAttach = kMaxMcastGroups * kMaxMcastQpAttach;
   Status detach_mcast(const IpAddr& group, uint32_t qpn);
   void detach_mcast_all(uint32_t qpn) noexcept;  // a QP going away; NIC lock held
 
