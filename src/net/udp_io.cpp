@@ -466,6 +466,7 @@ Status UdpIo::join_group(const IpAddr& group) {
     ev.events = EPOLLIN;
     if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd_.get(), &ev) != 0) return err::from_errno(errno, "epoll_ctl");
     wait_ep_ = std::move(ep);
+    wait_ep_fd_.store(wait_ep_.get(), std::memory_order_release);
   }
   epoll_event ev{};
   ev.events = EPOLLIN;

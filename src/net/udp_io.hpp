@@ -13,6 +13,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -66,7 +67,11 @@ class UdpIo final : public PacketIo {
   size_t recv_batch(std::span<RxPacket> out) noexcept override;
   // The socket, or once a multicast group is joined an epoll set of the
   // socket and the groups' sockets.
-  int wait_fd() const noexcept override { return wait_ep_.valid() ? wait_ep_.get() : fd_.get(); }
+  // (Read by threads that do not hold the NIC lock: an atomic copy.)
+  int wait_fd() const noexcept override {
+    const int ep = wait_ep_fd_.load(std::memory_order_acquire);
+    return ep >= 0 ? ep : fd_.get();
+  }
   // A socket bound to GROUP:4791 (SO_REUSEADDR: every process of the host
   // that joins gets each datagram), joined on our address's interface, only
   // that group's datagrams (IP_MULTICAST_ALL off).  Read when the unicast
@@ -110,8 +115,9 @@ class UdpIo final : public PacketIo {
     IpAddr group;
     UniqueFd fd;
   };
-  std::vector<McastSocket> mcast_;  // joined multicast groups
-  UniqueFd wait_ep_;                // fd_ + mcast_ sockets, from the first join
+  std::vector<McastSocket> mcast_;   // joined multicast groups
+  UniqueFd wait_ep_;                 // fd_ + mcast_ sockets, from the first join
+  std::atomic<int> wait_ep_fd_{-1};  // wait_ep_'s descriptor, once made
   Endpoint local_;
   bool v6_ = false;
   size_t batch_ = 0;
