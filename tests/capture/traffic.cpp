@@ -5,6 +5,7 @@
 
 #include "../transport/loopback.hpp"
 #include "transport/nic.hpp"
+#include "verbs/mw.hpp"
 
 namespace uroce::test {
 namespace {
@@ -16,6 +17,7 @@ PairOptions options(QpType type) {
   o.addr_b = "127.0.99.2";
   o.udp_port = 4791;
   o.buf_size = 64 * 1024;
+  o.access |= access::kMwBind;  // SEND_WITH_INV revokes a window bound on B's buffer
   return o;
 }
 
@@ -41,9 +43,28 @@ void send_and_check(Pair& p, SendWr wr, uint32_t len, bool expect_recv) {
   }
 }
 
+// Binds type 2 window `w` on B's QP (a grant of B's buffer); the grant's rkey.
+uint32_t bind_window(Pair& p, Mw& w) {
+  SendWr b;
+  b.wr_id = 77;
+  b.opcode = WrOpcode::bind_mw;
+  b.send_flags = send_flags::kSignaled;
+  b.rkey = (w.rkey() & ~0xffu) | ((w.rkey() + 1) & 0xffu);
+  b.bind = {w.rkey(), p.b.mr->lkey(), p.b.addr(0), 4096, access::kRemoteWrite};
+  EXPECT_TRUE(post_send(*p.b.qp, b).ok());
+  auto c = poll_n(*p.b.scq, 1);
+  EXPECT_EQ(c.size(), 1u);
+  if (!c.empty()) {
+    EXPECT_EQ(c[0].status, WcStatus::success) << to_string(c[0].status);
+  }
+  return b.rkey;
+}
+
 TEST(Capture, RcEveryOpcode) {
   Pair p(options(QpType::rc));
   expect_on_4791(p);
+  auto window = Mw::alloc(*p.b.pd, MwType::type2);
+  ASSERT_TRUE(window.ok()) << window.status().to_string();
   for (uint32_t len : {16u, 3000u}) {  // ONLY and FIRST/MIDDLE/LAST forms
     SendWr wr;
     wr.wr_id = len;
@@ -53,7 +74,7 @@ TEST(Capture, RcEveryOpcode) {
     wr.imm_data = htonl(7);
     send_and_check(p, wr, len, true);
     wr.opcode = WrOpcode::send_with_inv;
-    wr.imm_data = 0x1234;
+    wr.imm_data = bind_window(p, **window);  // the IETH revokes it
     send_and_check(p, wr, len, true);
     wr.opcode = WrOpcode::rdma_write;
     wr.remote_addr = p.b.addr(0);
