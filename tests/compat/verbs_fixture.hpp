@@ -139,13 +139,14 @@ class Verbs : public ::testing::Test {
     ASSERT_EQ(ibv_modify_qp(q, &a, mask), 0) << std::strerror(errno);
   }
 
-  // Completions from `c` until `n` are there or 5 s pass.
+  // Completions from `c` until `n` are there or 5 s pass; never more than
+  // `n` (others stay queued: a CQ two QPs share may hold the peer's too).
   static std::vector<ibv_wc> poll(ibv_cq* c, size_t n) {
     std::vector<ibv_wc> out;
     const auto deadline = Clock::now() + std::chrono::seconds(5);
     while (out.size() < n && Clock::now() < deadline) {
       ibv_wc wc[16];
-      const int got = ibv_poll_cq(c, 16, wc);
+      const int got = ibv_poll_cq(c, int(std::min<size_t>(16, n - out.size())), wc);
       EXPECT_GE(got, 0);
       out.insert(out.end(), wc, wc + std::max(got, 0));
     }
