@@ -306,6 +306,15 @@ def rxe_counters(state):
     return c
 
 
+def counters_steady(before, after):
+    """False (and says which) if one of the guest's rxe error counters grew."""
+    grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
+             if after.get(k, 0) != before.get(k, 0)}
+    if grown:
+        log("rxe error counters grew:", grown)
+    return not grown
+
+
 def load_state(a):
     """The guest's state (from rxe.peer.up), or (None, exit status): 1 if
     there is no guest, 77 if it was skipped."""
@@ -443,11 +452,7 @@ def cmd_case(a):
             log(f"data on the wire: {got} payload bytes in {pkts} packets (want {want})")
             if got != want:
                 ok = False
-        grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
-                 if after.get(k, 0) != before.get(k, 0)}
-        if grown:
-            log("rxe error counters grew:", grown)
-            ok = False
+        ok &= counters_steady(before, after)
         log("rxe counters:", {k: after.get(k, 0) - before.get(k, 0) for k in RXE_INFO_COUNTERS})
         log(f"{prog}, uroce {a.role}: {elapsed:.1f} s")
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
@@ -550,11 +555,7 @@ def cmd_shared(a):
         if naks:
             log(f"{len(naks)} NAK/RNR NAK frames:", *naks[:5])
             ok = False
-        grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
-                 if after.get(k, 0) != before.get(k, 0)}
-        if grown:
-            log("rxe error counters grew:", grown)
-            ok = False
+        ok &= counters_steady(before, after)
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
         log("error:", e)
         ok = False
@@ -627,11 +628,7 @@ def cmd_mckey(a):
                            capture_output=True, text=True)
         print("----- capture on the bridge\n" + r.stdout.rstrip())
         ok &= r.returncode == 0
-        grown = {k: after.get(k, 0) - before.get(k, 0) for k in RXE_ERROR_COUNTERS
-                 if after.get(k, 0) != before.get(k, 0)}
-        if grown:
-            log("rxe error counters grew:", grown)
-            ok = False
+        ok &= counters_steady(before, after)
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
         log("error:", e)
         ok = False

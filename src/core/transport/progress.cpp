@@ -164,7 +164,8 @@ void Nic::progress_thread_main() noexcept {
       // needs us earlier than this.
       thread_sleep_until_.store(sleep_until, std::memory_order_release);
     }
-    if (rearm_.exchange(false, std::memory_order_acq_rel)) armed = false;  // a new wait fd (multicast join)
+    // A new wait fd (a multicast join); a plain load first: no write per loop.
+    if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel)) armed = false;
     if (!app_active && !armed) {
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLONESHOT;
