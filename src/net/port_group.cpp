@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -113,12 +114,21 @@ bool PortGroup::live(uint32_t i) const noexcept {
 
 Result<std::unique_ptr<PortGroup>> PortGroup::join(std::shared_ptr<HostRegistry> reg, const Endpoint& at,
                                                    const Configure& configure) {
-  auto g = join_locked(std::move(reg), at, configure);
-  if (g.ok()) {  // after the table's lock: steer_all() takes the two the other way round
-    std::lock_guard lg(groups_mu());
-    groups().push_back(g->get());
+  // EAGAIN: a member is leaving, or dying, and holds what we need until it
+  // is gone (it needs the table's lock for that, so we wait without it).
+  const auto deadline = std::chrono::steady_clock::now() + kJoinPatience;
+  std::chrono::milliseconds pause{2};
+  while (true) {
+    auto g = join_locked(reg, at, configure);
+    if (g.ok()) {  // after the table's lock: steer_all() takes the two the other way round
+      std::lock_guard lg(groups_mu());
+      groups().push_back(g->get());
+      return g;
+    }
+    if (g.status().code() != EAGAIN || std::chrono::steady_clock::now() + pause > deadline) return g;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds{100});
   }
-  return g;
 }
 
 Result<std::unique_ptr<PortGroup>> PortGroup::join_locked(std::shared_ptr<HostRegistry> reg, const Endpoint& at,
@@ -183,12 +193,19 @@ Result<std::unique_ptr<PortGroup>> PortGroup::join_locked(std::shared_ptr<HostRe
   }
   g->group_ = uint32_t(mine);
 
-  bool any_live = false;
-  for (uint32_t k = 0; k < kPositions; ++k) any_live |= g->live(k);
+  bool any_live = false, any_held = false;
+  for (uint32_t k = 0; k < kPositions; ++k) {
+    any_live |= g->live(k);
+    any_held |= f.group[mine].members[k].owner != 0;
+  }
   if (any_live) {
     UROCE_TRY(g->fetch());
-  } else {
-    UROCE_TRY(g->found(configure));
+  } else if (Status s = g->found(configure); !s.ok()) {
+    // A member that died (not yet reaped, or its descriptors not yet
+    // closed) may still hold the sockets, ours: worth another try.
+    if (s.code() == EADDRINUSE && any_held && std::ranges::count(udp_port_holders(at.addr, at.port), ::geteuid()))
+      return err::from_errno(EAGAIN, std::string(s.message()));
+    return s;
   }
   UROCE_TRY(g->claim());
   UROCE_TRY(g->start_serving());
@@ -289,6 +306,7 @@ Status PortGroup::claim() {
     gr.members[i].owner = reg_->owner_word();
     gr.members[i].slot = reg_->slot();
     position_ = i;
+    claimed_ = true;
     // What was queued for a process that held the position before us (it
     // may have had our registry slot, hence our QP numbers).
     char byte;
@@ -308,8 +326,18 @@ Status PortGroup::steer() {
   return s;
 }
 
+void PortGroup::resteer_if_stale() noexcept {
+  // Never waits: a newcomer holding the table's lock may be waiting for
+  // this very thread to hand it the sockets.
+  std::unique_lock lg(steer_mu_, std::try_to_lock);
+  if (!lg.owns_lock() || !stale()) return;
+  if (::flock(file_fd_.get(), LOCK_EX | LOCK_NB) != 0) return;  // next period
+  if (Status s = steer_locked(); !s.ok())
+    UROCE_LOG(warn, "port group %s: %s", at_.to_string().c_str(), s.to_string().c_str());
+  unlock();
+}
+
 bool PortGroup::stale() const noexcept {
-  std::lock_guard lg(steer_mu_);
   if (steered_otherwise_ != kSteerFallback && !live(steered_otherwise_)) return true;
   for (uint32_t slot : steered_listener_slots_)
     if (!reg_->alive(slot)) return true;
@@ -361,9 +389,7 @@ void PortGroup::serve_loop() noexcept {
     pollfd p{listen_fd_.get(), POLLIN, 0};
     const int n = ::poll(&p, 1, int(kResteerPeriod.count()));
     if (n == 0 || (n < 0 && errno == EINTR)) {
-      if (n == 0 && stale())
-        if (Status s = steer(); !s.ok())
-          UROCE_LOG(warn, "port group %s: %s", at_.to_string().c_str(), s.to_string().c_str());
+      if (n == 0) resteer_if_stale();
       continue;
     }
     if (n < 0 || (p.revents & (POLLHUP | POLLERR | POLLNVAL))) return;  // shut down: we are leaving
@@ -400,14 +426,17 @@ PortGroup::~PortGroup() {
   if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // ends accept()
   if (server_.joinable()) server_.join();
   if (file_) {
+    // Our position is free once we hold none of the sockets: a newcomer
+    // that finds no live member founds the group anew on a free port.
     if (lock().ok()) {
       ports::Member& me = file_->group[group_].members[position_];
-      if (me.owner == reg_->owner_word()) {
+      if (claimed_ && me.owner == reg_->owner_word() && me.slot == reg_->slot()) {
         me.owner = 0;
         me.slot = 0;
         std::lock_guard lg(steer_mu_);
         if (!socks_.empty()) (void)steer_locked();  // without us
       }
+      socks_.clear();
       unlock();
     }
     own_mappings::unmap(file_, sizeof(ports::File));

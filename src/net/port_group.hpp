@@ -26,6 +26,14 @@
 // number places (rdma_cm requests, the default position) are still live,
 // and steers again if not.
 //
+// A member leaves under the table's lock and frees its position only once
+// it holds none of the sockets; a newcomer that finds members on their way
+// out (a program that opens and closes the device while probing it, as UCX
+// does, or one killed but not yet reaped) lets go of the lock and tries
+// again for up to kJoinPatience before it settles for a port of its own.
+// The re-steer never waits for the lock: the newcomer holding it may be
+// waiting for that very thread.
+//
 // A newcomer gets the sockets from a live member over a Unix socket in the
 // abstract namespace of our network namespace, named after the uid, the
 // address, the port and the member's slot; both ends check that the other
@@ -59,6 +67,8 @@ class PortGroup {
  public:
   static constexpr uint32_t kPositions = 32;
   static constexpr std::chrono::milliseconds kResteerPeriod{1000};
+  // How long join() waits for a member that is leaving or dying to be gone.
+  static constexpr std::chrono::milliseconds kJoinPatience{5000};
 
   // Sets the options every socket of the group has (called by the founder
   // for each, before bind).
@@ -101,7 +111,8 @@ class PortGroup {
   Status fetch();
   Status claim();
   Status steer_locked();
-  bool stale() const noexcept;
+  bool stale() const noexcept;  // steer_mu_ held
+  void resteer_if_stale() noexcept;
   Status start_serving();
   void serve_loop() noexcept;
   bool live(uint32_t i) const noexcept;
@@ -114,6 +125,7 @@ class PortGroup {
   ports::File* file_ = nullptr;
   uint32_t group_ = 0;  // index of our group in the file
   uint32_t position_ = 0;
+  bool claimed_ = false;  // position_ is ours (not so in a join that failed)
   std::vector<UniqueFd> socks_;
   UniqueFd listen_fd_;
   std::thread server_;

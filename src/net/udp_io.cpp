@@ -115,7 +115,11 @@ struct UdpIo::Rings {
   std::unique_ptr<uint8_t, FreeDeleter> rx_bufs;  // batch x rx_buf_size, page aligned
 };
 
-UdpIo::~UdpIo() = default;
+UdpIo::~UdpIo() {
+  // Our copy of the group's socket goes before the group: a group that
+  // leaves with its last member frees the port for the next founder.
+  fd_.reset();
+}
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -244,6 +245,40 @@ TEST_F(PortGroupTest, TheLastMemberTakesTheGroupWithIt) {
   EXPECT_EQ((*b)->position(), 0u);
   send_to(rb->slot());
   EXPECT_EQ(receive((*b)->fd(), rb->slot(), 8), 8);
+}
+
+// Members join and leave all the time (a program that opens and closes the
+// device while probing it, as UCX does), and at times every live member is
+// on its way out: a newcomer waits for them rather than giving up on the
+// shared port, and each member gets its own datagrams.
+TEST_F(PortGroupTest, MembersComingAndGoingAllTheTimeAllGetThePort) {
+  at_ = address(6);
+  constexpr int kThreads = 3, kRounds = 40;
+  std::vector<std::shared_ptr<HostRegistry>> regs;
+  for (int t = 0; t < kThreads; ++t) regs.push_back(registry());
+  for (const auto& r : regs) ASSERT_TRUE(r);
+  std::atomic<int> refused{0}, lost{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      UniqueFd sender(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+      sockaddr_storage ss;
+      const socklen_t len = at_.to_sockaddr(ss);
+      const auto p = for_slot(regs[t]->slot());
+      for (int i = 0; i < kRounds; ++i) {
+        auto g = PortGroup::join(regs[t], at_, nullptr);
+        if (!g.ok()) {
+          ++refused;
+          ADD_FAILURE() << g.status().to_string();
+          continue;
+        }
+        (void)::sendto(sender.get(), p.data(), p.size(), 0, reinterpret_cast<sockaddr*>(&ss), len);
+        if (receive((*g)->fd(), regs[t]->slot(), 1) != 1) ++lost;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), 0) << "joins that gave up on the shared port";
+  EXPECT_EQ(lost.load(), 0) << "datagrams that missed their member";
 }
 
 // A port held outside a group (a plain socket) cannot be shared.
