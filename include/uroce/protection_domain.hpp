@@ -31,7 +31,7 @@ class ProtectionDomain {
   Result<MemoryWindow> alloc_mw(MwType type);
 
   // EINVAL without both CQs, with CQs/SRQ of another context, or caps above
-  // the device limits; EOPNOTSUPP for XRC.
+  // the device limits; EOPNOTSUPP for XRC (the C ABI has it).
   Result<QueuePair> create_qp(const QpConfig& config);
   Result<SharedReceiveQueue> create_srq(const SrqConfig& config = {});
   // EINVAL unless attr.is_global, sgid_index names a GID and dgid is of

@@ -129,6 +129,8 @@ struct SendWr {
   const Ah* ah = nullptr;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  // XRC_SEND: the XRC SRQ (at the peer) the message is for
+  uint32_t remote_srqn = 0;
   // BIND_MW: the window (any rkey it has had), the grant's new rkey in
   // `rkey` above, the region (its lkey), the range and the remote rights.
   struct MwBind {

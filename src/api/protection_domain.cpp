@@ -49,6 +49,9 @@ Result<MemoryWindow> ProtectionDomain::alloc_mw(MwType type) {
 }
 
 Result<QueuePair> ProtectionDomain::create_qp(const QpConfig& config) {
+  // XRC needs a domain object this API does not have yet (the C ABI does).
+  if (config.type == QpType::xrc_send || config.type == QpType::xrc_recv)
+    return err::notsup("create_qp: XRC QPs are available through the C ABI (ibv_open_xrcd) only");
   if (!config.send_cq || !config.recv_cq) return err::inval("create_qp: a QP needs a send CQ and a receive CQ");
   if (!config.send_cq->impl_ || !config.recv_cq->impl_ || (config.srq && !config.srq->impl_))
     return err::inval("create_qp: a CQ or the SRQ was moved from");

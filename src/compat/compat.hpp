@@ -43,6 +43,7 @@
 #include "verbs/pd.hpp"
 #include "verbs/qp.hpp"
 #include "verbs/srq.hpp"
+#include "verbs/xrcd.hpp"
 
 // Exported C entry points (the version script decides their version node).
 #define UROCE_C_API extern "C" __attribute__((visibility("default")))
@@ -117,6 +118,13 @@ struct Srq {
   uint32_t async_delivered;
 };
 
+struct Xrcd {
+  ibv_xrcd xrcd;
+  uint32_t handle;
+  verbs::Xrcd* core;
+  Context* ctx;
+};
+
 struct Ah {
   ibv_ah ah;
   verbs::Ah* core;
@@ -147,6 +155,7 @@ inline Channel* to_channel(ibv_comp_channel* c) noexcept { return reinterpret_ca
 inline Cq* to_cq(ibv_cq* c) noexcept { return reinterpret_cast<Cq*>(c); }
 inline Cq* to_cq(ibv_cq_ex* c) noexcept { return reinterpret_cast<Cq*>(c); }
 inline Srq* to_srq(ibv_srq* s) noexcept { return reinterpret_cast<Srq*>(s); }
+inline Xrcd* to_xrcd(ibv_xrcd* x) noexcept { return reinterpret_cast<Xrcd*>(x); }
 inline Ah* to_ah(ibv_ah* a) noexcept { return reinterpret_cast<Ah*>(a); }
 inline Qp* to_qp(ibv_qp* q) noexcept { return reinterpret_cast<Qp*>(q); }
 inline Qp* to_qp(ibv_qp_ex* q) noexcept { return reinterpret_cast<Qp*>(q); }
@@ -189,6 +198,7 @@ Mr* checked(const char* verb, ibv_mr* m) noexcept;
 Cq* checked(const char* verb, ibv_cq* q) noexcept;
 Qp* checked(const char* verb, ibv_qp* q) noexcept;
 Srq* checked(const char* verb, ibv_srq* s) noexcept;
+Xrcd* checked(const char* verb, ibv_xrcd* x) noexcept;
 Ah* checked(const char* verb, ibv_ah* a) noexcept;
 Mw* checked(const char* verb, ibv_mw* m) noexcept;
 Channel* checked(const char* verb, ibv_comp_channel* ch) noexcept;
@@ -229,6 +239,10 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* 
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 int dealloc_mw(ibv_mw* mw);
+ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int close_xrcd(ibv_xrcd* xrcd);
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr);
 
 // qp_ex.cpp: the ibv_wr_* function table of a new QP, and its state.
 WrBuilder* new_wr_builder(const verbs::QpCap& cap);

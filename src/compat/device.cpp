@@ -77,7 +77,7 @@ void fill_device_attr(const Context& c, ibv_device_attr& a) {
   // SRQ resize (modify max_wr), the port_num of an AV checked.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   a.max_sge = int(d.max_sge);
   a.max_sge_rd = int(d.max_sge);
   a.max_cq = int(d.max_cq);
@@ -275,6 +275,10 @@ UROCE_C_API ibv_context* ibv_open_device(ibv_device* device) {
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
   v.create_srq_ex = create_srq_ex;
+  v.open_xrcd = open_xrcd;
+  v.close_xrcd = close_xrcd;
+  v.get_srq_num = get_srq_num;
+  v.open_qp = open_qp;
   ibv_context& ic = v.context;
   ic.device = device;
   ic.ops = kOps;

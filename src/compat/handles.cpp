@@ -107,6 +107,10 @@ Qp* checked(const char* verb, ibv_qp* q) noexcept {
 Srq* checked(const char* verb, ibv_srq* s) noexcept {
   return checked_object<Srq>(verb, s, ObjKind::srq, s ? s->context : nullptr, s ? s->handle : 0, "no SRQ given");
 }
+Xrcd* checked(const char* verb, ibv_xrcd* x) noexcept {
+  return checked_object<Xrcd>(verb, x, ObjKind::xrcd, x ? x->context : nullptr, x ? to_xrcd(x)->handle : 0,
+                              "no XRC domain given");
+}
 Mw* checked(const char* verb, ibv_mw* m) noexcept {
   return checked_object<Mw>(verb, m, ObjKind::mw, m ? m->context : nullptr, m ? m->handle : 0, "no MW given");
 }

@@ -18,7 +18,7 @@
 
 namespace uroce::compat {
 
-enum class ObjKind : uint8_t { pd, mr, cq, qp, srq, ah, channel, mw };
+enum class ObjKind : uint8_t { pd, mr, cq, qp, srq, ah, channel, mw, xrcd };
 
 class HandleTable {
  public:

@@ -83,6 +83,7 @@ inline int convert(const ibv_send_wr& w, bool ud, verbs::SendWr* slot) noexcept 
       .ah = ud && w.wr.ud.ah ? to_ah(w.wr.ud.ah)->core : nullptr,
       .remote_qpn = ud ? w.wr.ud.remote_qpn : 0,
       .remote_qkey = ud ? w.wr.ud.remote_qkey : 0,
+      .remote_srqn = w.qp_type.xrc.remote_srqn,  // (read by XRC_SEND QPs only)
   };
   if (w.opcode == IBV_WR_BIND_MW) {
     const ibv_mw_bind_info& b = w.bind_mw.bind_info;

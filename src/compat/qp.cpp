@@ -27,37 +27,55 @@ constexpr uint64_t kUcOps = kUdOps | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_
 constexpr uint64_t kRcOps = kUcOps | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                             IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
 
-ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
-  Pd* p = checked(verb, pd);
-  if (!p) return nullptr;
+// `xrcd`: an XRC_RECV QP, which has a domain instead of a PD (pd is null).
+ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a, Xrcd* xrcd = nullptr) {
+  Pd* p = xrcd ? nullptr : checked(verb, pd);
+  if (!xrcd && !p) return nullptr;
+  ibv_context* context = xrcd ? xrcd->xrcd.context : pd->context;
+  Context* ctx = xrcd ? xrcd->ctx : p->ctx;
   switch (a.qp_type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:
-    case IBV_QPT_UD: break;
-    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_UD:
+    case IBV_QPT_XRC_SEND: break;
     case IBV_QPT_XRC_RECV:
+      if (!xrcd) return fail_null<ibv_qp>(verb, EINVAL, "an XRC_RECV QP needs an XRC domain (IBV_QP_INIT_ATTR_XRCD)");
+      break;
     case IBV_QPT_RAW_PACKET:
-    case IBV_QPT_DRIVER: return fail_null<ibv_qp>(verb, EOPNOTSUPP, "XRC, raw packet and driver QPs are not supported");
+    case IBV_QPT_DRIVER: return fail_null<ibv_qp>(verb, EOPNOTSUPP, "raw packet and driver QPs are not supported");
     default: return fail_null<ibv_qp>(verb, EINVAL, "unknown qp_type");
   }
-  if (!a.send_cq || !a.recv_cq) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a send CQ and a receive CQ");
-  Cq* scq = checked(verb, a.send_cq);
-  Cq* rcq = scq ? checked(verb, a.recv_cq) : nullptr;
-  Srq* srq = a.srq ? checked(verb, a.srq) : nullptr;
-  if (!scq || !rcq || (a.srq && !srq)) return nullptr;
-  if (a.send_cq->context != pd->context || a.recv_cq->context != pd->context ||
-      (a.srq && a.srq->context != pd->context))
-    return fail_null<ibv_qp>(verb, EINVAL, "CQs and SRQ must belong to the PD's context");
   verbs::QpInitAttr init;
   init.qp_type = static_cast<verbs::QpType>(a.qp_type);
-  init.send_cq = scq->core;
-  init.recv_cq = rcq->core;
-  init.srq = srq ? srq->core : nullptr;
+  if (a.qp_type == IBV_QPT_XRC_RECV) {
+    // No CQ, SRQ or queue: what the application passed there is ignored.
+    a.send_cq = a.recv_cq = nullptr;
+    a.srq = nullptr;
+    init.xrcd = xrcd->core;
+  } else {
+    // XRC_SEND has one CQ (its receive CQ and SRQ are ignored, as mlx5 does).
+    if (a.qp_type == IBV_QPT_XRC_SEND) {
+      a.recv_cq = a.send_cq;
+      a.srq = nullptr;
+    }
+    if (!a.send_cq || !a.recv_cq) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a send CQ and a receive CQ");
+    Cq* scq = checked(verb, a.send_cq);
+    Cq* rcq = scq ? checked(verb, a.recv_cq) : nullptr;
+    Srq* srq = a.srq ? checked(verb, a.srq) : nullptr;
+    if (!scq || !rcq || (a.srq && !srq)) return nullptr;
+    if (a.send_cq->context != context || a.recv_cq->context != context || (a.srq && a.srq->context != context))
+      return fail_null<ibv_qp>(verb, EINVAL, "CQs and SRQ must belong to the PD's context");
+    if (srq && srq->core->srq_num() != 0)
+      return fail_null<ibv_qp>(verb, EINVAL, "an XRC SRQ takes no QP (its XRC_RECV QPs name it per message)");
+    init.send_cq = scq->core;
+    init.recv_cq = rcq->core;
+    init.srq = srq ? srq->core : nullptr;
+  }
   init.cap = {a.cap.max_send_wr, a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data};
   init.sq_sig_all = a.sq_sig_all != 0;
   auto* q = new Qp{};
   init.user_context = q;
-  auto core = verbs::Qp::create(*p->core, init);
+  auto core = verbs::Qp::create(xrcd ? xrcd->core->pd() : *p->core, init);
   if (!core.ok()) {
     delete q;
     return fail_null<ibv_qp>(verb, core.status());
@@ -67,13 +85,13 @@ ibv_qp* create(const char* verb, ibv_pd* pd, ibv_qp_init_attr_ex& a) {
   q->wr = new_wr_builder(cap);
   a.cap = {cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge, cap.max_inline_data};
   ibv_qp& b = q->ex.qp_base;
-  b.context = pd->context;
+  b.context = context;
   b.qp_context = a.qp_context;
-  b.pd = pd;
+  b.pd = xrcd ? nullptr : pd;
   b.send_cq = a.send_cq;
   b.recv_cq = a.recv_cq;
   b.srq = a.srq;
-  b.handle = p->ctx->handles.add(ObjKind::qp, q);
+  b.handle = ctx->handles.add(ObjKind::qp, q);
   b.qp_num = q->core->qpn();
   b.state = IBV_QPS_RESET;
   b.qp_type = a.qp_type;
@@ -93,22 +111,34 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   const uint32_t mask = attr->comp_mask;
   if (mask & ~kKnown) return fail_null<ibv_qp>(verb, EINVAL, "unknown comp_mask bits");
   if (!checked(verb, context)) return nullptr;
-  if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a PD");
-  if (attr->pd->context != context) return fail_null<ibv_qp>(verb, EINVAL, "the PD belongs to another context");
-  if (mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
-    return fail_null<ibv_qp>(verb, EOPNOTSUPP, "XRC domains and RSS are not supported");
+  if (mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+    return fail_null<ibv_qp>(verb, EOPNOTSUPP, "RSS is not supported");
+  Xrcd* xrcd = nullptr;
+  if (attr->qp_type == IBV_QPT_XRC_RECV) {
+    if (!(mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)
+      return fail_null<ibv_qp>(verb, EINVAL, "an XRC_RECV QP needs an XRC domain (IBV_QP_INIT_ATTR_XRCD)");
+    if (!(xrcd = checked(verb, attr->xrcd))) return nullptr;
+    if (attr->xrcd->context != context)
+      return fail_null<ibv_qp>(verb, EINVAL, "the XRC domain belongs to another context");
+  } else {
+    if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(verb, EINVAL, "a QP needs a PD");
+    if (attr->pd->context != context) return fail_null<ibv_qp>(verb, EINVAL, "the PD belongs to another context");
+  }
   if ((mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header)
     return fail_null<ibv_qp>(verb, EOPNOTSUPP, "TSO is not supported");
   if ((mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
     return fail_null<ibv_qp>(verb, EOPNOTSUPP, "no QP create flag is supported");
   if (mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
-    const uint64_t ok = attr->qp_type == IBV_QPT_RC ? kRcOps : attr->qp_type == IBV_QPT_UC ? kUcOps : kUdOps;
+    const uint64_t ok = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_XRC_SEND ? kRcOps
+                        : attr->qp_type == IBV_QPT_UC                                    ? kUcOps
+                        : attr->qp_type == IBV_QPT_XRC_RECV                              ? 0
+                                                                                         : kUdOps;
     if (attr->send_ops_flags & ~ok)
       return fail_null<ibv_qp>(verb, EOPNOTSUPP,
                                "send_ops_flags asks for operations this QP type does not have on uroce "
                                "(TSO, atomic write; UD: memory windows)");
   }
-  return create(verb, attr->pd, *attr);
+  return create(verb, attr->pd, *attr, xrcd);
 }
 
 }  // namespace uroce::compat

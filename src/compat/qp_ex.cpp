@@ -79,6 +79,7 @@ inline verbs::SendWr& begin(ibv_qp_ex* qp, verbs::WrOpcode op, uint64_t remote_a
                                           .ah = nullptr,
                                           .remote_qpn = 0,
                                           .remote_qkey = 0,
+                                          .remote_srqn = 0,
                                           .bind = {}});
 }
 
@@ -164,7 +165,9 @@ void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) { refuse(qp, EOPNOTSU
 void wr_atomic_write(ibv_qp_ex* qp, uint32_t, uint64_t, const void*) {
   refuse(qp, EOPNOTSUPP, "atomic write is not supported");
 }
-void wr_set_xrc_srqn(ibv_qp_ex* qp, uint32_t) { refuse(qp, EOPNOTSUPP, "XRC is not supported"); }
+void wr_set_xrc_srqn(ibv_qp_ex* qp, uint32_t remote_srqn) {
+  if (verbs::SendWr* w = last(qp)) w->remote_srqn = remote_srqn;
+}
 
 // ---- setters
 

@@ -1,5 +1,5 @@
-// Shared receive queues: ibv_create_srq, ibv_create_srq_ex (basic SRQs
-// only), ibv_modify_srq (resize and the limit event), ibv_query_srq,
+// Shared receive queues: ibv_create_srq, ibv_create_srq_ex (basic and XRC
+// SRQs), ibv_modify_srq (resize and the limit event), ibv_query_srq,
 // ibv_destroy_srq.  Posting (ibv_post_srq_recv) is in post.cpp.
 #include "compat.hpp"
 
@@ -8,11 +8,12 @@ namespace {
 
 static_assert(verbs::srq_attr_mask::kMaxWr == IBV_SRQ_MAX_WR && verbs::srq_attr_mask::kLimit == IBV_SRQ_LIMIT);
 
-ibv_srq* create(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr& attr) {
+ibv_srq* create(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr& attr,
+                const verbs::XrcSrqInit* xrc = nullptr) {
   Pd* p = checked(verb, pd);
   if (!p) return nullptr;
   auto* s = new Srq{};
-  auto core = verbs::Srq::create(*p->core, {attr.max_wr, attr.max_sge, attr.srq_limit}, s);
+  auto core = verbs::Srq::create(*p->core, {attr.max_wr, attr.max_sge, attr.srq_limit}, s, xrc);
   if (!core.ok()) {
     delete s;
     return fail_null<ibv_srq>(verb, core.status());
@@ -39,13 +40,24 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
                                   IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM))
     return fail_null<ibv_srq>(verb, EINVAL, "unknown comp_mask bits");
   if (!checked(verb, context)) return nullptr;
-  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
-    return fail_null<ibv_srq>(verb, EOPNOTSUPP, "XRC and tag-matching SRQs are not supported");
-  if (attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_TM))
-    return fail_null<ibv_srq>(verb, EOPNOTSUPP, "XRC and tag-matching SRQs are not supported");
+  const ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_TM || (attr->comp_mask & IBV_SRQ_INIT_ATTR_TM))
+    return fail_null<ibv_srq>(verb, EOPNOTSUPP, "tag-matching SRQs are not supported");
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return fail_null<ibv_srq>(verb, EINVAL, "unknown srq_type");
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
     return fail_null<ibv_srq>(verb, EINVAL, "an SRQ needs a PD of this context");
-  return create(verb, attr->pd, attr->srq_context, attr->attr);
+  if (type == IBV_SRQT_BASIC) return create(verb, attr->pd, attr->srq_context, attr->attr);
+  // XRC: a domain and the CQ its receive completions go to.
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->xrcd ||
+      !attr->cq)
+    return fail_null<ibv_srq>(verb, EINVAL, "an XRC SRQ needs an XRC domain and a CQ");
+  Xrcd* x = checked(verb, attr->xrcd);
+  Cq* cq = x ? checked(verb, attr->cq) : nullptr;
+  if (!x || !cq) return nullptr;
+  if (attr->xrcd->context != context || attr->cq->context != context)
+    return fail_null<ibv_srq>(verb, EINVAL, "the XRC domain and CQ must belong to this context");
+  const verbs::XrcSrqInit xrc{x->core, cq->core};
+  return create(verb, attr->pd, attr->srq_context, attr->attr, &xrc);
 }
 
 }  // namespace uroce::compat

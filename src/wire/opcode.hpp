@@ -82,6 +82,12 @@ enum class Opcode : uint8_t {
 
 enum class Service : uint8_t { rc, uc, rd, ud, cnp, xrc, none };
 
+// The connected services' opcodes are a service prefix (top 3 bits) | the
+// operation (low 5): UC's are RC's | 0x20, XRC's RC's | 0xa0.
+inline constexpr uint8_t kUcOpcodes = 0x20;
+inline constexpr uint8_t kXrcOpcodes = 0xa0;
+inline constexpr uint8_t kOperationMask = 0x1f;
+
 // Flags of an opcode.
 namespace op {
 inline constexpr uint32_t kValid = 1u << 0;

@@ -106,8 +106,6 @@ TEST_F(Verbs, UnsupportedFeaturesSayEopnotsupp) {
   errno = 0;
   ibv_alloc_dm_attr dm{4096, 0, 0};
   expect_null(ibv_alloc_dm(ctx_, &dm), "alloc_dm");
-  ibv_xrcd_init_attr xa{};
-  expect_null(ibv_open_xrcd(ctx_, &xa), "open_xrcd");
   ibv_td_init_attr ta{};
   expect_null(ibv_alloc_td(ctx_, &ta), "alloc_td");
   expect_null(ibv_reg_dmabuf_mr(pd_, 0, 4096, 0, 0, 0), "reg_dmabuf_mr");
@@ -133,8 +131,8 @@ TEST_F(Verbs, UnsupportedFeaturesSayEopnotsupp) {
   sx.attr = {16, 1, 0};
   sx.comp_mask = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
   sx.pd = pd_;
-  sx.srq_type = IBV_SRQT_XRC;
-  expect_null(ibv_create_srq_ex(ctx_, &sx), "XRC SRQ");
+  sx.srq_type = IBV_SRQT_TM;
+  expect_null(ibv_create_srq_ex(ctx_, &sx), "tag-matching SRQ");
   ibv_flow_attr fa{};
   fa.size = sizeof fa;
   expect_null(ibv_create_flow(q, &fa), "create_flow");

@@ -28,7 +28,8 @@ namespace uroce::transport {
   X(fault_rx_delayed) X(fault_rx_corrupted) X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) \
   X(shm_rx_skipped) X(doorbells_tx) X(doorbells_rx) \
   X(mw_binds) X(mw_bind_errors) X(mw_local_invalidations) X(mw_remote_invalidations) X(resp_invalidate_errors) \
-  X(mcast_attaches) X(mcast_rx_packets) X(mcast_tx_packets)
+  X(mcast_attaches) X(mcast_rx_packets) X(mcast_tx_packets) X(xrc_tx_requests) X(xrc_rx_requests) \
+  X(resp_xrc_srq_errors)
 // clang-format on
 
 struct Counters {

@@ -446,9 +446,13 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     return;
   }
   const verbs::QpType t = qp->type();
+  // XRC: requests to an XRC_RECV QP, responses to an XRC_SEND QP.
+  const bool request = info.flags & wire::op::kRequest;
   const bool service_ok = (info.service == wire::Service::rc && t == verbs::QpType::rc) ||
                           (info.service == wire::Service::uc && t == verbs::QpType::uc) ||
-                          (info.service == wire::Service::ud && t == verbs::QpType::ud);
+                          (info.service == wire::Service::ud && t == verbs::QpType::ud) ||
+                          (info.service == wire::Service::xrc && t == verbs::QpType::xrc_recv && request) ||
+                          (info.service == wire::Service::xrc && t == verbs::QpType::xrc_send && !request);
   if (!service_ok) {
     ++counters_.rx_wrong_service;
     return;
@@ -468,7 +472,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     return;
   }
   if (info.flags & wire::op::kResponse) {
-    if (t == verbs::QpType::rc && st != verbs::QpState::rtr)
+    if (qp->reliable() && st != verbs::QpState::rtr)
       completer_receive(*this, *qp, pkt);
     else
       ++counters_.rx_bad_state;

@@ -123,6 +123,14 @@ class Nic {
   Status detach_mcast(const IpAddr& group, uint32_t qpn);
   void detach_mcast_all(uint32_t qpn) noexcept;  // a QP going away; NIC lock held
 
+  // XRC SRQs (xrc.cpp), which requests to an XRC_RECV QP name by number in
+  // their XRCETH.  Numbers are slot << 14 | index, as QP numbers are.
+  // Take the lock themselves; ENOMEM when every index is taken.
+  Result<uint32_t> add_xrc_srq(RecvSource& srq);
+  // The SRQ leaves: QPs that last delivered to it forget it.
+  void remove_xrc_srq(uint32_t srqn) noexcept;
+  RecvSource* find_xrc_srq(uint32_t srqn) const noexcept;  // NIC lock held
+
   // ---- NIC lock held ----
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
   void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
@@ -235,6 +243,8 @@ class Nic {
   // progress thread arms the new one.
   std::atomic<bool> rearm_{false};
   std::map<IpAddr, std::vector<uint32_t>> mcast_;  // group -> attached QPs
+  std::map<uint32_t, RecvSource*> xrc_srqs_;       // XRC SRQ number -> SRQ
+  uint32_t next_xrc_srq_ = 1;                      // index where the next search starts
   void leave_if_empty(const IpAddr& group) noexcept;
   int epfd_ = -1;
   int kick_fd_ = -1;

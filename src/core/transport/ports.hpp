@@ -67,6 +67,11 @@ class RecvSource {
   // The domain its receive buffers are registered in: the SRQ's own PD,
   // which may differ from the PD of a QP that takes from it.
   virtual const MemoryDomain& memory() const noexcept = 0;
+  // An XRC SRQ: the CQ its receive completions go to (a basic SRQ's go to
+  // the receive CQ of the QP that took the WQE: nullptr) and the XRC
+  // domain it belongs to (0: none).
+  virtual CompletionSink* completions() const noexcept { return nullptr; }
+  virtual uint32_t xrc_domain() const noexcept { return 0; }
 
  protected:
   ~RecvSource() = default;

@@ -161,7 +161,7 @@ verbs::QpAttr QpEngine::query() const noexcept {
 
 void QpEngine::send_owed_ack() noexcept {
   using verbs::QpState;
-  if (type() != verbs::QpType::rc || resp.ack == AckOwed::none || resp.res_pending) return;
+  if (!reliable() || resp.ack == AckOwed::none || resp.res_pending) return;
   if (attr.qp_state != QpState::rtr && attr.qp_state != QpState::rts && attr.qp_state != QpState::sqd) return;
   if (nic_->tx().full()) nic_->flush_tx();
   responder_flush_ack(*nic_, *this);
@@ -194,6 +194,7 @@ bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah, Se
   w.rkey = wr.rkey;
   w.compare_add = wr.compare_add;
   w.swap = wr.swap;
+  w.xrc_srqn = wr.remote_srqn & kPsnMask;
   if (wr.opcode == WrOpcode::bind_mw) {
     w.imm = wr.bind.mw_rkey;
     w.remote_addr = wr.bind.addr;
@@ -243,7 +244,7 @@ void QpEngine::ring_doorbell(size_t posted) noexcept {
     // unacknowledged sends new WRs at the next progress (the application's
     // next poll or wait, or the ACK that arrives), so that WRs posted back to
     // back leave together, in one GSO train.  An idle QP sends at once.
-    if (type() != verbs::QpType::rc || req.una_psn == req.next_psn) nic_->pump();
+    if (!reliable() || req.una_psn == req.next_psn) nic_->pump();
   }
 }
 

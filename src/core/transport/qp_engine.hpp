@@ -29,6 +29,7 @@ struct EngineInit {
   CompletionSink* send_cq = nullptr;
   CompletionSink* recv_cq = nullptr;
   RecvSource* srq = nullptr;  // nullptr: the engine's own receive queue
+  uint32_t xrcd = 0;          // XRC_RECV: its XRC domain (the SRQs it may deliver to)
   const MemoryDomain* memory = nullptr;
   QpOwner* owner = nullptr;
 };
@@ -60,14 +61,25 @@ class QpEngine {
 
   uint32_t qpn() const noexcept { return qpn_; }  // set by Nic::attach
   verbs::QpType type() const noexcept { return init_.type; }
+  // RC and the two halves of XRC: acknowledged, retransmitted.
+  bool reliable() const noexcept {
+    return init_.type == verbs::QpType::rc || init_.type == verbs::QpType::xrc_send ||
+           init_.type == verbs::QpType::xrc_recv;
+  }
+  bool xrc_recv() const noexcept { return init_.type == verbs::QpType::xrc_recv; }
   verbs::QpState state() const noexcept { return attr.qp_state; }
   CompletionSink& send_cq() const noexcept { return *init_.send_cq; }
-  CompletionSink& recv_cq() const noexcept { return *init_.recv_cq; }
-  RecvSource* srq() const noexcept { return init_.srq; }
-  const MemoryDomain& mem() const noexcept { return *init_.memory; }
+  // An XRC_RECV QP has no CQ, PD or SRQ of its own: each request names the
+  // XRC SRQ it is for (its XRCETH), whose CQ takes the receive completions
+  // and whose PD holds the memory the request may touch (IBA 9.9.4.2).  The
+  // responder sets it (xrc_target) before it handles a request.
+  CompletionSink& recv_cq() const noexcept { return xrc_recv() ? *xrc_target->completions() : *init_.recv_cq; }
+  RecvSource* srq() const noexcept { return xrc_recv() ? xrc_target : init_.srq; }
+  const MemoryDomain& mem() const noexcept { return xrc_recv() ? xrc_target->memory() : *init_.memory; }
   // Where receive buffers are looked up: for a QP with an SRQ the SRQ's PD,
   // in which its WQEs were posted (as a NIC checks them), else the QP's.
-  const MemoryDomain& recv_mem() const noexcept { return init_.srq ? init_.srq->memory() : *init_.memory; }
+  const MemoryDomain& recv_mem() const noexcept { return srq() ? srq()->memory() : *init_.memory; }
+  uint32_t xrcd() const noexcept { return init_.xrcd; }
   QpOwner& owner() const noexcept { return *init_.owner; }
 
   // ---- what verbs::Qp calls ----
@@ -107,9 +119,10 @@ class QpEngine {
   WorkQueue<RecvWqe> rq;  // unused with an SRQ
   RequesterState req;     // requester + completer
   ResponderState resp;
-  Endpoint peer;              // RC/UC: the peer's UDP endpoint
-  wire::IpUdpFields icrc_ip;  // RC/UC: ICRC fields of packets to the peer
-  uint32_t mtu = 1024;        // path MTU in bytes
+  Endpoint peer;                     // RC/UC: the peer's UDP endpoint
+  wire::IpUdpFields icrc_ip;         // RC/UC: ICRC fields of packets to the peer
+  uint32_t mtu = 1024;               // path MTU in bytes
+  RecvSource* xrc_target = nullptr;  // XRC_RECV: the SRQ of the request at hand (or last handled)
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers

@@ -37,6 +37,11 @@ class QpTable {
     return qps_[qpn & kIndexMask];
   }
   uint32_t slot() const noexcept { return slot_; }
+  template <class F>
+  void for_each(F f) const {
+    for (QpEngine* q : qps_)
+      if (q) f(*q);
+  }
   size_t size() const noexcept { return used_; }
 
   static uint32_t slot_of(uint32_t qpn) noexcept { return qpn >> kIndexBits; }

@@ -51,9 +51,15 @@ uint8_t data_opcode(bool uc, WrOpcode op, bool first, bool last) noexcept {
   return uint8_t(base | o);
 }
 
-wire::Headers base_headers(const QpEngine& qp, uint8_t opcode, uint32_t psn) noexcept {
+// `opcode` is RC's (or UC's); an XRC_SEND QP sends the XRC opcode of the
+// same operation (RC's | 0xa0) with the XRCETH naming the WR's SRQ.
+wire::Headers base_headers(const QpEngine& qp, const SendWqe& w, uint8_t opcode, uint32_t psn) noexcept {
   wire::Headers h;
   h.bth.opcode = opcode;
+  if (qp.type() == verbs::QpType::xrc_send) {
+    h.bth.opcode = uint8_t(opcode | wire::kXrcOpcodes);
+    h.xrc_srqn = w.xrc_srqn;
+  }
   h.bth.pkey = wire::kDefaultPkey;
   h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = psn;
@@ -68,7 +74,7 @@ void ensure_room(Nic& nic) noexcept {
 // wait (fence, rd/atomic limit) or failed (QP now in ERR).
 bool start_wqe(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   RequesterState& r = qp.req;
-  const bool rc = qp.type() == verbs::QpType::rc;
+  const bool rc = qp.reliable();
   if (rc && (w.flags & verbs::send_flags::kFence) && r.rd_atomic > 0) return false;
   if (is_rd_atomic(w.opcode) && r.rd_atomic >= std::max<uint32_t>(1, qp.attr.max_rd_atomic)) return false;
   if (w.plan.fail != verbs::WcStatus::success) {
@@ -140,6 +146,7 @@ bool run_local_op(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
 
 void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
   ++nic.counters().req_packets;
+  if (qp.type() == verbs::QpType::xrc_send) ++nic.counters().xrc_tx_requests;
   RequesterState& r = qp.req;
   if (psn_before(psn, r.sent_hwm))
     ++nic.counters().req_retransmits;
@@ -157,7 +164,7 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   const bool first = r.send_pkt == 0;
   const bool last = r.send_pkt + 1 == w.npkts;
   const bool uc = qp.type() == verbs::QpType::uc;
-  wire::Headers h = base_headers(qp, data_opcode(uc, w.opcode, first, last), r.send_psn);
+  wire::Headers h = base_headers(qp, w, data_opcode(uc, w.opcode, first, last), r.send_psn);
   h.bth.solicited = last && (w.flags & verbs::send_flags::kSolicited);
   const uint32_t ack_every = std::max<uint32_t>(1, window_pkts(qp) / 2);
   h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0);
@@ -210,7 +217,7 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   const uint32_t n = std::min(w.npkts, (w.read_req / seg + 1) * seg) - w.read_req;
   const uint32_t psn = psn_add(w.first_psn, w.read_req);
   const uint64_t off = uint64_t(w.read_req) * qp.mtu;
-  wire::Headers h = base_headers(qp, uint8_t(Opcode::rc_read_request), psn);
+  wire::Headers h = base_headers(qp, w, uint8_t(Opcode::rc_read_request), psn);
   h.bth.ack_req = true;
   h.reth.va = w.remote_addr + off;
   h.reth.rkey = w.rkey;
@@ -224,7 +231,7 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
 
 void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   const bool cas = w.opcode == WrOpcode::atomic_cmp_and_swp;
-  wire::Headers h = base_headers(qp, uint8_t(cas ? Opcode::rc_compare_swap : Opcode::rc_fetch_add), w.first_psn);
+  wire::Headers h = base_headers(qp, w, uint8_t(cas ? Opcode::rc_compare_swap : Opcode::rc_fetch_add), w.first_psn);
   h.bth.ack_req = true;
   h.atomic.va = w.remote_addr;
   h.atomic.rkey = w.rkey;
@@ -277,7 +284,7 @@ void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
 bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   RequesterState& r = qp.req;
   const verbs::QpType type = qp.type();
-  const bool rc = type == verbs::QpType::rc;
+  const bool rc = qp.reliable();
   bool sent = false;
   bool more = false;
   while (true) {

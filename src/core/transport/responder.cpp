@@ -134,6 +134,7 @@ void complete_recv(Nic& nic, QpEngine& qp, WcStatus status, verbs::WcOpcode opco
   wc.qp_num = qp.qpn();
   wc.src_qp = qp.attr.dest_qp_num;
   wc.wc_flags = flags;
+  if (qp.xrc_recv() && !qp.xrc_target) return;  // the SRQ (and its WQE) went away
   nic.deliver(qp.recv_cq(), wc, solicited || status != WcStatus::success);
 }
 
@@ -189,6 +190,10 @@ uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint6
     ++c.resp_rights_errors;
     return nullptr;
   }
+  if (qp.xrc_recv() && !qp.xrc_target) {  // its SRQ, whose PD the access was in, is gone
+    ++c.resp_pd_errors;
+    return nullptr;
+  }
   AccessFault fault = AccessFault::none;
   uint8_t* p = qp.mem().remote(rkey, va, len, need, qp.qpn(), fault);
   switch (fault) {
@@ -220,7 +225,7 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   if (flags & op::kFirst) {
     if (!acquire_recv(qp)) {
-      if (qp.type() == verbs::QpType::rc) {
+      if (qp.reliable()) {
         queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
       } else {
         ++nic.counters().uc_dropped_messages;
@@ -269,14 +274,14 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     s.msn = psn_add(s.msn, 1);
   }
   s.epsn = psn_add(psn, 1);
-  if (qp.type() == verbs::QpType::rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, (flags & op::kLast) != 0);
+  if (qp.reliable() && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, (flags & op::kLast) != 0);
 }
 
 void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
-  const bool rc = qp.type() == verbs::QpType::rc;
+  const bool rc = qp.reliable();
   const uint32_t len = uint32_t(pkt.payload.size());
   const bool last = flags & op::kLast;
   // WRITE with immediate consumes a receive WQE: make sure one is there
@@ -406,7 +411,7 @@ void on_atomic(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   }
   auto* word = reinterpret_cast<uint64_t*>(p);
   uint64_t orig = 0;
-  const bool cas = pkt.hdr.bth.opcode == uint8_t(wire::Opcode::rc_compare_swap);
+  const bool cas = (pkt.hdr.bth.opcode & wire::kOperationMask) == uint8_t(wire::Opcode::rc_compare_swap);
   // The memory may have gone (unmapped, re-protected) since it was
   // registered: the guard turns the fault into an access error.
   if (!fault_guard::run(p, 8, [&] {
@@ -492,7 +497,17 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
   ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
-  if (qp.type() == verbs::QpType::rc) {
+  if (qp.xrc_recv()) {  // the SRQ (hence CQ and PD) this request is for
+    ++nic.counters().xrc_rx_requests;
+    RecvSource* target = nic.find_xrc_srq(pkt.hdr.xrc_srqn);
+    if (!target || target->xrc_domain() != qp.xrcd()) {
+      ++nic.counters().resp_xrc_srq_errors;
+      fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
+      return;
+    }
+    qp.xrc_target = target;
+  }
+  if (qp.reliable()) {
     const int32_t d = psn_diff(psn, s.epsn);
     if (d > 0) {  // a gap: ask for the missing PSN (go-back-N)
       ++nic.counters().resp_future_psn;

@@ -13,10 +13,15 @@ namespace uroce::transport {
 
 namespace {
 
+// RC's response opcode, or XRC's for an XRC_RECV QP.
+uint8_t response_opcode(const QpEngine& qp, wire::Opcode rc) noexcept {
+  return uint8_t(uint8_t(rc) | (qp.xrc_recv() ? wire::kXrcOpcodes : 0));
+}
+
 void emit_ack(Nic& nic, QpEngine& qp) noexcept {
   ResponderState& s = qp.resp;
   wire::Headers h;
-  h.bth.opcode = uint8_t(wire::Opcode::rc_ack);
+  h.bth.opcode = response_opcode(qp, wire::Opcode::rc_ack);
   h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = s.ack_psn;
   h.aeth.syndrome = s.ack_syndrome;
@@ -36,7 +41,7 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
   h.aeth.syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
   h.aeth.msn = s.msn;
   if (!r.is_read) {
-    h.bth.opcode = uint8_t(wire::Opcode::rc_atomic_ack);
+    h.bth.opcode = response_opcode(qp, wire::Opcode::rc_atomic_ack);
     h.bth.psn = r.psn;
     h.atomic_ack.orig = r.orig;
     (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
@@ -46,10 +51,10 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
   const bool first = r.resp_psn == r.resp_first;
   const bool last = r.resp_left <= qp.mtu;
   using wire::Opcode;
-  h.bth.opcode = uint8_t(first && last ? Opcode::rc_read_response_only
-                         : first       ? Opcode::rc_read_response_first
-                         : last        ? Opcode::rc_read_response_last
-                                       : Opcode::rc_read_response_middle);
+  h.bth.opcode = response_opcode(qp, first && last ? Opcode::rc_read_response_only
+                                     : first       ? Opcode::rc_read_response_first
+                                     : last        ? Opcode::rc_read_response_last
+                                                   : Opcode::rc_read_response_middle);
   h.bth.psn = r.resp_psn;
   std::span<const uint8_t> body;
   if (len) {
@@ -76,7 +81,7 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
 
 bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   ResponderState& s = qp.resp;
-  if (qp.type() != verbs::QpType::rc) return false;
+  if (!qp.reliable()) return false;
   // Responses leave in PSN order: READ data and atomic ACKs first (oldest
   // resource first), then the coalesced ACK/NAK.
   while (s.res_pending > 0 && budget > 0) {

@@ -23,7 +23,7 @@ bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   // IPv4 ID base + i from the kernel's segmentation; its ICRC covers that.
   // A lone ACK goes as its own datagram: a two-packet train (a reply and its
   // ACK) costs more than two datagrams in one sendmmsg (measured on lo).
-  const bool ack = h.bth.opcode == uint8_t(wire::Opcode::rc_ack);
+  const bool ack = h.bth.opcode == uint8_t(wire::Opcode::rc_ack) || h.bth.opcode == uint8_t(wire::Opcode::xrc_ack);
   const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ && udp_len <= train_seg_ &&
                     train_bytes_ + udp_len <= 65000 && pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
   wire::IpUdpFields seg_ip = ip;

@@ -42,6 +42,7 @@ struct SendWqe {
   // UD destination, resolved at post time
   Endpoint ud_dst;
   uint32_t ud_qpn = 0, ud_qkey = 0;
+  uint32_t xrc_srqn = 0;  // XRC_SEND: the SRQ the message is for (XRCETH)
   uint8_t ud_tclass = 0, ud_hop_limit = 64;
   // requester progress
   uint32_t first_psn = 0;  // PSN of the first packet (READ: first response)

@@ -11,6 +11,7 @@
 #include "verbs/pd.hpp"
 #include "verbs/qp_state_table.hpp"
 #include "verbs/srq.hpp"
+#include "verbs/xrcd.hpp"
 #include "wire/headers.hpp"
 
 namespace uroce::verbs {
@@ -21,12 +22,28 @@ Qp::Qp(Pd& pd, const QpInitAttr& init) : pd_(&pd), nic_(&pd.context().nic()), in
 
 Result<std::unique_ptr<Qp>> Qp::create(Pd& pd, const QpInitAttr& in) {
   QpInitAttr init = in;
-  if (init.qp_type == QpType::xrc_send || init.qp_type == QpType::xrc_recv)
-    return err::notsup("XRC QPs are not supported yet");
-  if (init.qp_type != QpType::rc && init.qp_type != QpType::uc && init.qp_type != QpType::ud)
-    return err::inval("qp_type " + std::to_string(int(init.qp_type)) + " is not RC, UC or UD");
-  if (!init.send_cq || !init.recv_cq) return err::inval("a QP needs a send CQ and a receive CQ");
-  if (&init.send_cq->context() != &pd.context() || &init.recv_cq->context() != &pd.context())
+  const QpType t = init.qp_type;
+  if (t != QpType::rc && t != QpType::uc && t != QpType::ud && t != QpType::xrc_send && t != QpType::xrc_recv)
+    return err::inval("qp_type " + std::to_string(int(t)) + " is not RC, UC, UD, XRC_SEND or XRC_RECV");
+  if (t == QpType::xrc_recv) {
+    // Receives only, into the XRC SRQs its requests name: no CQ, no queue.
+    if (!init.xrcd || &init.xrcd->pd() != &pd) return err::inval("an XRC_RECV QP needs an XRC domain");
+    init.send_cq = init.recv_cq = nullptr;
+    init.srq = nullptr;
+    init.cap = QpCap{};
+  } else if (t == QpType::xrc_send) {
+    // Sends only, to the XRC SRQs its WRs name: one CQ, no receive queue.
+    if (!init.send_cq) return err::inval("an XRC_SEND QP needs a send CQ");
+    init.recv_cq = init.send_cq;
+    init.srq = nullptr;
+    init.xrcd = nullptr;
+    init.cap.max_recv_wr = init.cap.max_recv_sge = 0;
+  } else {
+    init.xrcd = nullptr;
+    if (!init.send_cq || !init.recv_cq) return err::inval("a QP needs a send CQ and a receive CQ");
+  }
+  if ((init.send_cq && &init.send_cq->context() != &pd.context()) ||
+      (init.recv_cq && &init.recv_cq->context() != &pd.context()))
     return err::inval("CQs belong to another device context than the PD");
   if (init.srq && &init.srq->pd().context() != &pd.context())
     return err::inval("SRQ belongs to another device context");
@@ -39,9 +56,10 @@ Result<std::unique_ptr<Qp>> Qp::create(Pd& pd, const QpInitAttr& in) {
   if (init.srq) cap.max_recv_wr = cap.max_recv_sge = 0;
   // Report what we really provide: at least one SGE, and inline room for
   // small messages even when none was asked for (it costs us nothing).
-  cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
-  if (!init.srq) cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
-  cap.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 64);
+  const bool sends = t != QpType::xrc_recv, receives = !init.srq && t != QpType::xrc_send && t != QpType::xrc_recv;
+  if (sends) cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  if (receives) cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  if (sends) cap.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 64);
 
   std::unique_ptr<Qp> qp(new Qp(pd, init));
   transport::EngineInit ei;
@@ -51,14 +69,16 @@ Result<std::unique_ptr<Qp>> Qp::create(Pd& pd, const QpInitAttr& in) {
   ei.send_cq = init.send_cq;
   ei.recv_cq = init.recv_cq;
   ei.srq = init.srq;
+  ei.xrcd = init.xrcd ? init.xrcd->id() : 0;
   ei.memory = &pd;
   ei.owner = qp.get();
   qp->engine_ = std::make_unique<transport::QpEngine>(*qp->nic_, ei);
   // Counted before anything can fail: ~Qp gives them back.
   pd.users()++;
-  init.send_cq->users()++;
-  init.recv_cq->users()++;
+  if (init.send_cq) init.send_cq->users()++;
+  if (init.recv_cq) init.recv_cq->users()++;
   if (init.srq) init.srq->users()++;
+  if (init.xrcd) init.xrcd->users()++;
   UROCE_TRY(qp->nic_->attach(*qp->engine_));
   qp->qpn_ = qp->engine_->qpn();
   qp->nic_->start_progress_thread();
@@ -79,9 +99,10 @@ Qp::~Qp() {
   }
   pd_->context().forget_async_events(this);
   pd_->users()--;
-  init_.send_cq->users()--;
-  init_.recv_cq->users()--;
+  if (init_.send_cq) init_.send_cq->users()--;
+  if (init_.recv_cq) init_.recv_cq->users()--;
   if (init_.srq) init_.srq->users()--;
+  if (init_.xrcd) init_.xrcd->users()--;
 }
 
 QpAttr Qp::query() const {
@@ -138,8 +159,8 @@ Status Qp::modify_locked(const QpAttr& a, uint32_t mask) {
   // What the QP completed and nobody polled goes with it (mlx4/mlx5 clean
   // a QP's CQEs so when it is reset).
   if (next == QpState::reset && cur != QpState::reset) {
-    init_.send_cq->discard_qp_locked(qpn_);
-    if (init_.recv_cq != init_.send_cq) init_.recv_cq->discard_qp_locked(qpn_);
+    if (init_.send_cq) init_.send_cq->discard_qp_locked(qpn_);
+    if (init_.recv_cq && init_.recv_cq != init_.send_cq) init_.recv_cq->discard_qp_locked(qpn_);
   }
   return {};
 }
@@ -192,7 +213,8 @@ transport::SendPlan Qp::send_plan(const SendWr& wr) const noexcept {
   const bool write = wr.opcode == WrOpcode::rdma_write || wr.opcode == WrOpcode::rdma_write_with_imm;
   // Memory windows are bound and revoked through connected QPs only.
   const bool window = wr.opcode == WrOpcode::bind_mw || wr.opcode == WrOpcode::local_inv;
-  if ((rc_only && t != QpType::rc) || ((write || window) && t == QpType::ud)) plan.fail = WcStatus::loc_qp_op_err;
+  if ((rc_only && t != QpType::rc && t != QpType::xrc_send) || ((write || window) && t == QpType::ud))
+    plan.fail = WcStatus::loc_qp_op_err;
   if (t == QpType::ud && wr.ah) {
     if (&wr.ah->pd() != pd_) plan.fail = WcStatus::loc_qp_op_err;
     uint64_t len = 0;
@@ -205,6 +227,10 @@ transport::SendPlan Qp::send_plan(const SendWr& wr) const noexcept {
 Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
   std::lock_guard g(nic_->mu());
   const QpState st = engine_->state();
+  if (type() == QpType::xrc_recv) {
+    if (bad) *bad = 0;
+    return err::inval("post_send on an XRC_RECV QP (it has no send queue)");
+  }
   if (st == QpState::reset || st == QpState::init || st == QpState::rtr) {
     if (bad) *bad = 0;
     return err::inval(std::string("post_send on a QP in ") + to_string(st));
@@ -229,6 +255,10 @@ Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
 
 Status Qp::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
   std::lock_guard g(nic_->mu());
+  if (type() == QpType::xrc_send || type() == QpType::xrc_recv) {
+    if (bad) *bad = 0;
+    return err::inval("post_recv on an XRC QP (XRC receives go to an XRC SRQ)");
+  }
   if (init_.srq || engine_->state() == QpState::reset) {
     if (bad) *bad = 0;
     return err::inval(init_.srq ? "post_recv on a QP that uses an SRQ (post to the SRQ)"

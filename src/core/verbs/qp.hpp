@@ -23,12 +23,14 @@ namespace uroce::verbs {
 class Pd;
 class Cq;
 class Srq;
+class Xrcd;
 
 struct QpInitAttr {
   QpType qp_type = QpType::rc;
-  Cq* send_cq = nullptr;
-  Cq* recv_cq = nullptr;
+  Cq* send_cq = nullptr;  // XRC_SEND: the only CQ; XRC_RECV: none
+  Cq* recv_cq = nullptr;  // XRC: none (an XRC SRQ has its own)
   Srq* srq = nullptr;
+  Xrcd* xrcd = nullptr;  // XRC_RECV: its domain (create with the domain's pd())
   QpCap cap;
   bool sq_sig_all = false;
   void* user_context = nullptr;

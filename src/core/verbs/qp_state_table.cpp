@@ -8,12 +8,12 @@ namespace {
 namespace m = qp_attr_mask;
 
 constexpr int kStates = 7;  // reset .. err
-enum TypeIdx { kUd = 0, kUc = 1, kRc = 2, kTypes = 3 };
+enum TypeIdx { kUd = 0, kUc = 1, kRc = 2, kXrcSend = 3, kXrcRecv = 4, kTypes = 5 };
 
 struct Rule {
   bool valid = false;
-  uint32_t req[kTypes] = {0, 0, 0};
-  uint32_t opt[kTypes] = {0, 0, 0};
+  uint32_t req[kTypes] = {};
+  uint32_t opt[kTypes] = {};
 };
 
 using Table = std::array<std::array<Rule, kStates>, kStates>;
@@ -58,6 +58,20 @@ constexpr Table build() {
       m::kPort | m::kAv | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kMaxQpRdAtomic | m::kMaxDestRdAtomic |
           m::kAltPath | m::kAccessFlags | m::kPkeyIndex | m::kMinRnrTimer | m::kPathMigState);
   set(SQE, RTS, 0, 0, 0, m::kCurState | m::kQkey, m::kCurState | m::kAccessFlags, 0);
+  // XRC follows RC but where a half has no use for an attribute: the send
+  // half (XRC_SEND, the kernel's XRC_INI) has no responder, the receive half
+  // (XRC_TGT) no requester, as the kernel's table says.
+  for (auto& row : t)
+    for (Rule& r : row)
+      for (int x : {kXrcSend, kXrcRecv}) {
+        r.req[x] = r.req[kRc];
+        r.opt[x] = r.opt[kRc];
+      }
+  t[INIT][RTR].req[kXrcSend] = m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn;
+  t[RTR][RTS].req[kXrcRecv] = m::kTimeout | m::kSqPsn;
+  t[RTR][RTS].opt[kXrcSend] = m::kCurState | m::kAltPath | m::kAccessFlags | m::kPathMigState;
+  t[RTS][RTS].opt[kXrcSend] = rts_uc;
+  t[SQD][RTS].opt[kXrcSend] = rts_uc;
   return t;
 }
 
@@ -67,7 +81,9 @@ int type_index(QpType t) {
   switch (t) {
     case QpType::ud: return kUd;
     case QpType::uc: return kUc;
-    default: return kRc;  // RC and the XRC types follow the RC rules
+    case QpType::xrc_send: return kXrcSend;
+    case QpType::xrc_recv: return kXrcRecv;
+    default: return kRc;
   }
 }
 

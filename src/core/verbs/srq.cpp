@@ -4,11 +4,16 @@
 
 #include "transport/nic.hpp"
 #include "verbs/context.hpp"
+#include "verbs/cq.hpp"
 #include "verbs/pd.hpp"
+#include "verbs/xrcd.hpp"
 
 namespace uroce::verbs {
 
-Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user_context) {
+Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user_context, const XrcSrqInit* xrc) {
+  if (xrc && (!xrc->xrcd || !xrc->cq)) return err::inval("an XRC SRQ needs an XRC domain and a CQ");
+  if (xrc && (&xrc->xrcd->context().nic() != &pd.context().nic() || &xrc->cq->context() != &pd.context()))
+    return err::inval("the XRC domain or CQ belongs to another device than the PD");
   if (attr.max_wr < 1 || attr.max_wr > kMaxWr)
     return err::inval("SRQ max_wr " + std::to_string(attr.max_wr) + " not in 1.." + std::to_string(kMaxWr));
   if (attr.max_sge > kMaxSge) return err::inval("SRQ max_sge above " + std::to_string(kMaxSge));
@@ -19,14 +24,30 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
   srq->hold_ = std::move(*hold);
   srq->q_.init(attr.max_wr, std::max<uint32_t>(attr.max_sge, 1));
   srq->limit_ = attr.srq_limit;
-  pd.users()++;
+  pd.users()++;  // (~Srq gives it back)
+  if (xrc) {
+    auto n = pd.context().nic().add_xrc_srq(*srq);
+    if (!n.ok()) return n.status();
+    srq->srqn_ = *n;
+    srq->xrc_ = *xrc;
+    xrc->xrcd->users()++;
+    xrc->cq->users()++;
+  }
   return srq;
 }
 
 Srq::~Srq() {
+  if (srqn_) {
+    nic().remove_xrc_srq(srqn_);
+    xrc_.xrcd->users()--;
+    xrc_.cq->users()--;
+  }
   pd_->context().forget_async_events(this);
   pd_->users()--;
 }
+
+transport::CompletionSink* Srq::completions() const noexcept { return xrc_.cq; }
+uint32_t Srq::xrc_domain() const noexcept { return xrc_.xrcd ? xrc_.xrcd->id() : 0; }
 
 transport::Nic& Srq::nic() const noexcept { return pd_->context().nic(); }
 

@@ -19,6 +19,14 @@ class Nic;
 namespace uroce::verbs {
 
 class Pd;
+class Cq;
+class Xrcd;
+
+// An XRC SRQ's domain and the CQ its receive completions go to.
+struct XrcSrqInit {
+  Xrcd* xrcd = nullptr;
+  Cq* cq = nullptr;
+};
 
 struct SrqAttr {
   uint32_t max_wr = 0;
@@ -35,7 +43,9 @@ class Srq final : public transport::RecvSource {
   static constexpr uint32_t kMaxWr = 1u << 15;
   static constexpr uint32_t kMaxSge = 32;
 
-  static Result<std::unique_ptr<Srq>> create(Pd& pd, const SrqAttr& attr, void* user_context = nullptr);
+  // `xrc`: an XRC SRQ (ibv_create_srq_ex with IBV_SRQT_XRC).
+  static Result<std::unique_ptr<Srq>> create(Pd& pd, const SrqAttr& attr, void* user_context = nullptr,
+                                             const XrcSrqInit* xrc = nullptr);
   ~Srq();
   Srq(const Srq&) = delete;
   Srq& operator=(const Srq&) = delete;
@@ -56,6 +66,10 @@ class Srq final : public transport::RecvSource {
   bool take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept override;
   const transport::MemoryDomain& memory() const noexcept override;
   bool empty() const noexcept { return q_.empty(); }
+  // XRC: the SRQ's number (ibv_get_srq_num), 0 for a basic SRQ.
+  uint32_t srq_num() const noexcept { return srqn_; }
+  transport::CompletionSink* completions() const noexcept override;
+  uint32_t xrc_domain() const noexcept override;
 
  private:
   Srq(Pd& pd, void* user_context) : pd_(&pd), user_context_(user_context) {}
@@ -65,6 +79,8 @@ class Srq final : public transport::RecvSource {
   uint32_t limit_ = 0;  // 0 = not armed
   std::atomic<int> users_{0};
   ResourceHold hold_;  // one of the device's max_srq
+  XrcSrqInit xrc_;     // an XRC SRQ's, else null
+  uint32_t srqn_ = 0;
 };
 
 }  // namespace uroce::verbs

@@ -1,0 +1,353 @@
+// XRC through the C ABI (issue 13): an XRC domain opened on a file, an XRC
+// SRQ with its own CQ, an XRC_RECV QP that has neither, and an XRC_SEND QP
+// whose WRs name the SRQ.  Messages land byte for byte in the SRQ's buffers
+// and complete on the SRQ's CQ with the XRC_RECV QP's number; RDMA and
+// atomics reach the SRQ's PD; a request naming an SRQ of another domain is
+// refused (REM_INV_REQ_ERR at the sender) and nothing lands.
+#include "verbs_fixture.hpp"
+
+namespace compat_test {
+namespace {
+
+class Xrc : public Verbs {
+ protected:
+  void SetUp() override {
+    Verbs::SetUp();
+    char path[] = "/tmp/uroce-xrc-XXXXXX";
+    file_ = mkstemp(path);
+    ASSERT_GE(file_, 0);
+    ::unlink(path);
+    xrcd_ = open_xrcd(file_, O_CREAT);
+    ASSERT_NE(xrcd_, nullptr) << std::strerror(errno);
+    rcq_ = cq();
+    scq_ = cq();
+    srq_ = xrc_srq(xrcd_, rcq_);
+    ASSERT_NE(srq_, nullptr) << std::strerror(errno);
+    ASSERT_EQ(ibv_get_srq_num(srq_, &srqn_), 0);
+    recv_ = xrc_recv_qp(xrcd_);
+    ASSERT_NE(recv_, nullptr) << std::strerror(errno);
+    send_ = xrc_send_qp();
+    ASSERT_NE(send_, nullptr) << std::strerror(errno);
+    connect_xrc(recv_, send_->qp_num);
+    connect_xrc(send_, recv_->qp_num);
+  }
+  void TearDown() override {
+    for (ibv_qp* q : qps_) EXPECT_EQ(ibv_destroy_qp(q), 0);
+    for (ibv_srq* s : srqs_) EXPECT_EQ(ibv_destroy_srq(s), 0);
+    for (ibv_cq* c : cqs_) EXPECT_EQ(ibv_destroy_cq(c), 0);
+    for (ibv_xrcd* x : xrcds_) EXPECT_EQ(ibv_close_xrcd(x), 0);
+    if (file_ >= 0) ::close(file_);
+    Verbs::TearDown();
+  }
+
+  ibv_xrcd* open_xrcd(int fd, int oflags) {
+    ibv_xrcd_init_attr a{};
+    a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    a.fd = fd;
+    a.oflags = oflags;
+    ibv_xrcd* x = ibv_open_xrcd(ctx_, &a);
+    if (x) xrcds_.insert(xrcds_.begin(), x);  // closed after what is in them
+    return x;
+  }
+  ibv_cq* cq() {
+    ibv_cq* c = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
+    EXPECT_NE(c, nullptr);
+    if (c) cqs_.push_back(c);
+    return c;
+  }
+  ibv_srq* xrc_srq(ibv_xrcd* x, ibv_cq* c) {
+    ibv_srq_init_attr_ex a{};
+    a.attr.max_wr = 16;
+    a.attr.max_sge = 1;
+    a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
+    a.srq_type = IBV_SRQT_XRC;
+    a.xrcd = x;
+    a.cq = c;
+    a.pd = pd_;
+    ibv_srq* s = ibv_create_srq_ex(ctx_, &a);
+    if (s) srqs_.insert(srqs_.begin(), s);
+    return s;
+  }
+  ibv_qp* xrc_recv_qp(ibv_xrcd* x) {
+    ibv_qp_init_attr_ex a{};
+    a.qp_type = IBV_QPT_XRC_RECV;
+    a.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+    a.xrcd = x;
+    ibv_qp* q = ibv_create_qp_ex(ctx_, &a);
+    if (q) qps_.insert(qps_.begin(), q);
+    return q;
+  }
+  ibv_qp* xrc_send_qp() {
+    ibv_qp_init_attr_ex a{};
+    a.qp_type = IBV_QPT_XRC_SEND;
+    a.send_cq = scq_;
+    a.recv_cq = scq_;
+    a.cap.max_send_wr = 16;
+    a.cap.max_send_sge = 1;
+    a.comp_mask = IBV_QP_INIT_ATTR_PD;
+    a.pd = pd_;
+    ibv_qp* q = ibv_create_qp_ex(ctx_, &a);
+    if (q) qps_.insert(qps_.begin(), q);
+    return q;
+  }
+  // The attributes ibv_xsrq_pingpong gives each half, no more.
+  void connect_xrc(ibv_qp* q, uint32_t dest) {
+    const bool tgt = q->qp_type == IBV_QPT_XRC_RECV;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = tgt ? kAllAccess : 0;
+    ASSERT_EQ(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0)
+        << std::strerror(errno);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = gid_;
+    a.ah_attr.grh.hop_limit = 64;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (tgt) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    ASSERT_EQ(ibv_modify_qp(q, &a, mask), 0) << std::strerror(errno);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+    if (!tgt) mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    ASSERT_EQ(ibv_modify_qp(q, &a, mask), 0) << std::strerror(errno);
+  }
+  int post_srq(ibv_srq* s, uint64_t wr_id, size_t off, uint32_t len) {
+    ibv_sge g = sge(off, len);
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &g;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_srq_recv(s, &wr, &bad);
+  }
+  // One signaled WR on the XRC_SEND QP for SRQ `srqn`; its completion.
+  ibv_wc post_one(ibv_send_wr wr, uint32_t srqn) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    wr.qp_type.xrc.remote_srqn = srqn;
+    ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_send(send_, &wr, &bad), 0);
+    auto c = poll(scq_, 1);
+    EXPECT_EQ(c.size(), 1u);
+    return c.empty() ? ibv_wc{} : c[0];
+  }
+
+  // True if `c` stays empty for 100 ms (what would arrive has had its time).
+  static bool stays_empty(ibv_cq* c) {
+    const auto until = Clock::now() + std::chrono::milliseconds(100);
+    ibv_wc wc;
+    while (Clock::now() < until)
+      if (ibv_poll_cq(c, 1, &wc) != 0) return false;
+    return true;
+  }
+
+  int file_ = -1;
+  ibv_xrcd* xrcd_ = nullptr;
+  ibv_cq *rcq_ = nullptr, *scq_ = nullptr;
+  ibv_srq* srq_ = nullptr;
+  uint32_t srqn_ = 0;
+  ibv_qp *recv_ = nullptr, *send_ = nullptr;
+  std::vector<ibv_qp*> qps_;
+  std::vector<ibv_srq*> srqs_;
+  std::vector<ibv_cq*> cqs_;
+  std::vector<ibv_xrcd*> xrcds_;
+};
+
+TEST_F(Xrc, DeviceAdvertisesXrc) {
+  ibv_device_attr a{};
+  ASSERT_EQ(ibv_query_device(ctx_, &a), 0);
+  EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_XRC);
+  EXPECT_NE(srqn_, 0u);
+  EXPECT_EQ(recv_->pd, nullptr) << "an XRC_RECV QP has no PD";
+}
+
+// Messages of 1 B, several packets and 0 B, one with immediate data, into
+// the SRQ's buffers in the order posted.
+TEST_F(Xrc, SendsLandInTheSrqAndCompleteOnItsCq) {
+  const uint32_t lens[] = {1, 3000, 0, 700};
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(post_srq(srq_, 100 + i, 600000 + i * 8192, 4096), 0);
+  for (size_t i = 0; i < 4; ++i) {
+    for (uint32_t k = 0; k < lens[i]; ++k) buf_[k] = uint8_t(i * 37 + k * 11 + 5);
+    ibv_sge s = sge(0, lens[i]);
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &s;
+    wr.num_sge = lens[i] ? 1 : 0;
+    wr.opcode = i == 3 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    wr.imm_data = htonl(0xabcd0123);
+    const ibv_wc sc = post_one(wr, srqn_);
+    ASSERT_EQ(sc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(sc.status);
+    EXPECT_EQ(sc.qp_num, send_->qp_num);
+    auto rc = poll(rcq_, 1);
+    ASSERT_EQ(rc.size(), 1u);
+    EXPECT_EQ(rc[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(rc[0].status);
+    EXPECT_EQ(rc[0].wr_id, 100 + i);
+    EXPECT_EQ(rc[0].opcode, IBV_WC_RECV);
+    EXPECT_EQ(rc[0].byte_len, lens[i]);
+    EXPECT_EQ(rc[0].qp_num, recv_->qp_num) << "the XRC_RECV QP the message came through";
+    EXPECT_EQ(bool(rc[0].wc_flags & IBV_WC_WITH_IMM), i == 3);
+    if (i == 3) {
+      EXPECT_EQ(rc[0].imm_data, htonl(0xabcd0123));
+    }
+    EXPECT_EQ(std::memcmp(buf_.data() + 600000 + i * 8192, buf_.data(), lens[i]), 0) << "message " << i;
+  }
+  EXPECT_TRUE(stays_empty(rcq_));
+}
+
+// WRITE, READ and an atomic through the XRC_RECV QP touch the SRQ's PD.
+TEST_F(Xrc, WriteReadAndAtomicReachTheSrqsPd) {
+  for (uint32_t k = 0; k < 5000; ++k) buf_[k] = uint8_t(k * 13 + 1);
+  ibv_sge s = sge(0, 5000);
+  ibv_send_wr wr{};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.rdma.remote_addr = addr(300000);
+  wr.wr.rdma.rkey = mr_->rkey;
+  ibv_wc c = post_one(wr, srqn_);
+  ASSERT_EQ(c.status, IBV_WC_SUCCESS) << ibv_wc_status_str(c.status);
+  ASSERT_EQ(std::memcmp(buf_.data() + 300000, buf_.data(), 5000), 0);
+
+  s = sge(400000, 5000);
+  wr.opcode = IBV_WR_RDMA_READ;
+  c = post_one(wr, srqn_);
+  ASSERT_EQ(c.status, IBV_WC_SUCCESS) << ibv_wc_status_str(c.status);
+  EXPECT_EQ(c.opcode, IBV_WC_RDMA_READ);
+  ASSERT_EQ(std::memcmp(buf_.data() + 400000, buf_.data(), 5000), 0);
+
+  uint64_t v = 40;
+  std::memcpy(buf_.data() + 200000, &v, 8);
+  s = sge(200008, 8);
+  wr = {};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.wr.atomic.remote_addr = addr(200000);
+  wr.wr.atomic.rkey = mr_->rkey;
+  wr.wr.atomic.compare_add = 2;
+  c = post_one(wr, srqn_);
+  ASSERT_EQ(c.status, IBV_WC_SUCCESS) << ibv_wc_status_str(c.status);
+  uint64_t now = 0, before = 0;
+  std::memcpy(&now, buf_.data() + 200000, 8);
+  std::memcpy(&before, buf_.data() + 200008, 8);
+  EXPECT_EQ(now, 42u);
+  EXPECT_EQ(before, 40u);
+  EXPECT_TRUE(stays_empty(rcq_)) << "no receive WQE is taken";
+}
+
+// An SRQ of another domain (its own, fd -1) cannot be reached through our
+// XRC_RECV QP: the sender's WR fails REM_INV_REQ_ERR and nothing lands.
+TEST_F(Xrc, AnSrqOfAnotherDomainIsRefused) {
+  ibv_xrcd* other = open_xrcd(-1, O_CREAT);
+  ASSERT_NE(other, nullptr) << std::strerror(errno);
+  ibv_cq* ocq = cq();
+  ibv_srq* osrq = xrc_srq(other, ocq);
+  ASSERT_NE(osrq, nullptr);
+  uint32_t on = 0;
+  ASSERT_EQ(ibv_get_srq_num(osrq, &on), 0);
+  ASSERT_NE(on, srqn_);
+  ASSERT_EQ(post_srq(osrq, 7, 600000, 4096), 0);
+  std::memset(buf_.data() + 600000, 0xee, 64);
+  ibv_sge s = sge(0, 64);
+  ibv_send_wr wr{};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  const ibv_wc c = post_one(wr, on);
+  EXPECT_EQ(c.status, IBV_WC_REM_INV_REQ_ERR) << ibv_wc_status_str(c.status);
+  EXPECT_TRUE(stays_empty(ocq));
+  EXPECT_EQ(buf_[600000], 0xee);
+}
+
+// Two opens of one file are one domain: an SRQ made in the second is
+// reached through the QP of the first.  O_CREAT and O_EXCL as the kernel.
+TEST_F(Xrc, OpensOfOneFileAreOneDomain) {
+  ibv_xrcd* again = open_xrcd(file_, 0);
+  ASSERT_NE(again, nullptr) << std::strerror(errno);
+  ibv_srq* s2 = xrc_srq(again, rcq_);
+  ASSERT_NE(s2, nullptr);
+  uint32_t n2 = 0;
+  ASSERT_EQ(ibv_get_srq_num(s2, &n2), 0);
+  ASSERT_EQ(post_srq(s2, 9, 600000, 4096), 0);
+  for (int k = 0; k < 100; ++k) buf_[k] = uint8_t(k + 3);
+  ibv_sge s = sge(0, 100);
+  ibv_send_wr wr{};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  ASSERT_EQ(post_one(wr, n2).status, IBV_WC_SUCCESS);
+  auto rc = poll(rcq_, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].wr_id, 9u);
+  EXPECT_EQ(std::memcmp(buf_.data() + 600000, buf_.data(), 100), 0);
+
+  errno = 0;
+  EXPECT_EQ(open_xrcd(file_, O_CREAT | O_EXCL), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  char path[] = "/tmp/uroce-xrc-XXXXXX";
+  const int fresh = mkstemp(path);
+  ASSERT_GE(fresh, 0);
+  ::unlink(path);
+  errno = 0;
+  EXPECT_EQ(open_xrcd(fresh, 0), nullptr) << "a file with no domain, without O_CREAT";
+  EXPECT_EQ(errno, EINVAL);
+  ::close(fresh);
+  errno = 0;
+  EXPECT_EQ(open_xrcd(fresh, O_CREAT), nullptr) << "a closed descriptor";
+  EXPECT_EQ(errno, EBADF);
+}
+
+TEST_F(Xrc, WhatXrcObjectsRefuse) {
+  ibv_xrcd* x = xrcds_.front();
+  EXPECT_EQ(ibv_close_xrcd(x), EBUSY) << "its SRQ and QP are open";
+  ibv_sge s = sge(0, 8);
+  ibv_recv_wr rw{};
+  rw.sg_list = &s;
+  rw.num_sge = 1;
+  ibv_recv_wr* rbad = nullptr;
+  EXPECT_EQ(ibv_post_recv(send_, &rw, &rbad), EINVAL);
+  EXPECT_EQ(ibv_post_recv(recv_, &rw, &rbad), EINVAL);
+  ibv_send_wr sw{};
+  sw.sg_list = &s;
+  sw.num_sge = 1;
+  sw.opcode = IBV_WR_SEND;
+  ibv_send_wr* sbad = nullptr;
+  EXPECT_EQ(ibv_post_send(recv_, &sw, &sbad), EINVAL);
+  EXPECT_EQ(sbad, &sw);
+  ibv_srq_init_attr basic{};
+  basic.attr.max_wr = 4;
+  basic.attr.max_sge = 1;
+  ibv_srq* b = ibv_create_srq(pd_, &basic);
+  ASSERT_NE(b, nullptr);
+  uint32_t n = 0;
+  EXPECT_EQ(ibv_get_srq_num(b, &n), EINVAL);
+  EXPECT_EQ(ibv_destroy_srq(b), 0);
+  ibv_qp_open_attr oa{};
+  oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  oa.qp_num = recv_->qp_num;
+  oa.xrcd = x;
+  oa.qp_type = IBV_QPT_XRC_RECV;
+  errno = 0;
+  EXPECT_EQ(ibv_open_qp(ctx_, &oa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_qp_init_attr_ex a{};
+  a.qp_type = IBV_QPT_XRC_RECV;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = pd_;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr) << "XRC_RECV without a domain";
+  EXPECT_EQ(errno, EINVAL);
+}
+
+}  // namespace
+}  // namespace compat_test
