@@ -157,6 +157,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   a.odp_caps.per_transport_caps.uc_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.xrc_odp_caps = a.odp_caps.per_transport_caps.rc_odp_caps;  // XRC runs RC's paths
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = 1;
   // Completion timestamps: the device clock counts nanoseconds in 64 bits.
