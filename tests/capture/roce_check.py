@@ -3,7 +3,7 @@
 without errors, and its ICRC must be right by an independent computation
 (zlib's CRC-32 over the masked IP/UDP/BTH fields, IBA annex A17.3.3).
 
-usage: roce_check.py FILE.pcap [--min-frames N] [--expect-opcodes A,B,...]
+usage: roce_check.py FILE.pcap [--min-frames N] [--expect-opcodes A,B,...] [--expect-srqns HEX,...]
 Prints a per-opcode count; exits 0 only if every frame passes."""
 import collections
 import struct
@@ -40,8 +40,22 @@ def l3(link, frame):
     raise SystemExit(f"unsupported link type {link}")
 
 
+# XRC requests (IBA 9.3.8): the XRCETH follows the BTH (Wireshark 4.0 names
+# the XRC opcodes but shows the XRCETH as an unknown header, so it is
+# checked here): a reserved byte of 0 and a non-zero SRQ number.
+XRC_REQUESTS = set(range(0xA0, 0xAD)) | {0xB3, 0xB4, 0xB6, 0xB7}
+
+
+def xrceth_srqn(payload):
+    """The XRCETH's SRQ number of an XRC request, None if malformed."""
+    if len(payload) < 12 + 4 + 4 or payload[12] != 0:
+        return None
+    srqn = int.from_bytes(payload[13:16], "big")
+    return srqn or None
+
+
 def icrc_ok(ethertype, ip):
-    """Returns (ok, opcode) or None for a frame that is not UDP."""
+    """Returns (ok, opcode, UDP payload) or None for a frame that is not UDP."""
     if ethertype == 0x0800:
         ihl = (ip[0] & 0xF) * 4
         if ip[9] != 17:
@@ -67,13 +81,14 @@ def icrc_ok(ethertype, ip):
     udp_hdr[6:8] = b"\xff\xff"        # UDP checksum
     payload = bytearray(udp[8:])
     if len(payload) < 16:
-        return False, None
+        return False, None, b""
     opcode = payload[0]
+    whole = bytes(payload)
     wire = struct.unpack("<I", payload[-4:])[0]
     payload = payload[:-4]
     payload[4] = 0xFF                 # FECN, BECN, resv6
     crc = zlib.crc32(b"\xff" * 8 + bytes(hdr) + bytes(udp_hdr) + bytes(payload)) & 0xFFFFFFFF
-    return crc == wire, opcode
+    return crc == wire, opcode, whole
 
 
 def tshark_rows(path):
@@ -119,18 +134,32 @@ def main():
         if any(s >= 0x00600000 for s in sev):  # warning or error
             problems.append(f"frame {row['frame.number']}: tshark expert info: {row['_ws.col.Info']}")
     ops = collections.Counter()
+    srqns = set()
     for i, (link, frame) in enumerate(frames(path), 1):
         r = icrc_ok(*l3(link, frame))
         if r is None:
             continue
-        ok, op = r
+        ok, op, payload = r
         ops[op] += 1
         if not ok:
             problems.append(f"frame {i}: bad ICRC")
+        if op in XRC_REQUESTS:
+            srqn = xrceth_srqn(payload)
+            if srqn is None:
+                problems.append(f"frame {i}: XRC request without a valid XRCETH")
+            else:
+                srqns.add(srqn)
     print(f"{path}: {n} frames" + (f" ({guessed} with a payload tshark mistook for another protocol)"
                                     if guessed else ""))
     for op, c in sorted((k, v) for k, v in ops.items() if k is not None):
         print(f"  opcode 0x{op:02x}: {c}")
+    if srqns:
+        print("  XRCETH SRQ numbers: " + ", ".join(f"0x{n:06x}" for n in sorted(srqns)))
+    if "--expect-srqns" in args:
+        want = {int(x, 16) for x in args[args.index("--expect-srqns") + 1].split(",")}
+        if srqns != want:
+            problems.append("XRCETH SRQ numbers " + ",".join(f"{n:06x}" for n in sorted(srqns)) +
+                            " but the programs reported " + ",".join(f"{n:06x}" for n in sorted(want)))
     missing = expect - set(ops)
     if missing:
         problems.append("opcodes never seen: " + ",".join(f"0x{m:02x}" for m in sorted(missing)))
