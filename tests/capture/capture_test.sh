@@ -35,14 +35,16 @@ rc=$?
 xrc_opcodes=
 xrc_srqns=
 if [ $rc -eq 0 ] && [ -n "$tool" ] && command -v ibv_xsrq_pingpong >/dev/null 2>&1; then
+  # A sanitizer build's runtime goes first in the uninstrumented program.
+  san=${UROCE_SAN_PRELOAD:+env LD_PRELOAD=$UROCE_SAN_PRELOAD}
   # -s 4096 with MTU 1024: SEND FIRST/MIDDLE/LAST; then 64 B: SEND ONLY.
   for size in 4096 64; do
     port=$((19100 + $$ % 800))
-    UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- stdbuf -oL ibv_xsrq_pingpong -p $port -n 10 \
+    UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- $san ibv_xsrq_pingpong -p $port -n 10 \
       -s $size >"$dir/xs.server" 2>&1 &
     spid=$!
     sleep 0.3
-    UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- stdbuf -oL ibv_xsrq_pingpong -p $port -n 10 \
+    UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- $san ibv_xsrq_pingpong -p $port -n 10 \
       -s $size 127.0.99.8 >"$dir/xs.client" 2>&1
     crc=$?
     wait $spid

@@ -95,7 +95,11 @@ void hammer(Pair& p) {
 TEST(RcAtomicHammer, FourQpsFourThreads) {
   Pair p;
   hammer(p);
-  EXPECT_EQ(p.b.counters().resp_dup_atomics, 0u);
+  // On loopback a duplicate atomic comes only from a retransmission (a
+  // retry timeout when the machine stalls the peer): never more of them
+  // than the requester resent, and each answered without executing again
+  // (hammer() checked that every value was returned exactly once).
+  EXPECT_LE(p.b.counters().resp_dup_atomics, p.a.counters().req_retransmits);
 }
 
 TEST(RcAtomicHammer, EveryPacketDuplicated) {
