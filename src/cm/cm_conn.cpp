@@ -244,8 +244,11 @@ void Cm::fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept {
       break;
     case QpState::rtr:
       if (ud || !c) break;
-      a.mask |= qp_mask::kAv | qp_mask::kPathMtu | qp_mask::kDestQpn | qp_mask::kRqPsn | qp_mask::kMaxDestRdAtomic |
-                qp_mask::kMinRnrTimer;
+      a.mask |= qp_mask::kAv | qp_mask::kPathMtu | qp_mask::kDestQpn | qp_mask::kRqPsn;
+      // A reliable responder (RC, XRC_RECV) also takes its READ/atomic
+      // depth and RNR timer; UC and XRC_SEND have no such responder.
+      if (id.qp_type_ == QpType::rc || id.qp_type_ == QpType::xrc_recv)
+        a.mask |= qp_mask::kMaxDestRdAtomic | qp_mask::kMinRnrTimer;
       a.path_mtu = c->path_mtu;
       a.dest_qp_num = c->remote_qpn;
       a.rq_psn = c->local_psn;  // what our REQ/REP announced (see Conn::local_psn)
@@ -261,7 +264,12 @@ void Cm::fill_qp_attr(const Id& id, const Conn* c, QpAttrs& a) const noexcept {
     case QpState::rts:
       a.mask |= qp_mask::kSqPsn;
       if (ud || !c) break;
-      a.mask |= qp_mask::kTimeout | qp_mask::kRetryCnt | qp_mask::kRnrRetry | qp_mask::kMaxQpRdAtomic;
+      // A reliable requester (RC, XRC_SEND) takes its retry attributes;
+      // XRC_RECV the timeout alone, UC none (as the kernel's CM gives them).
+      if (id.qp_type_ == QpType::rc || id.qp_type_ == QpType::xrc_send)
+        a.mask |= qp_mask::kTimeout | qp_mask::kRetryCnt | qp_mask::kRnrRetry | qp_mask::kMaxQpRdAtomic;
+      else if (id.qp_type_ == QpType::xrc_recv)
+        a.mask |= qp_mask::kTimeout;
       a.sq_psn = c->remote_psn;  // what the peer's REQ/REP announced
       a.timeout = c->ack_timeout;
       a.retry_cnt = c->retry_count;

@@ -50,7 +50,9 @@ Status Cm::connect_rc(Id& id, const ConnParam& p, const fsm::Row& row) {
   r.responder_resources = p.responder_resources;
   r.initiator_depth = p.initiator_depth;
   r.remote_cm_response_timeout = cfg_.cm_response_timeout;
-  r.transport_service_type = id.qp_type_ == QpType::uc ? 1 : 0;
+  // XRC: service type 3 with extended transport type 1 (IBA 12.6.5).
+  r.transport_service_type = id.qp_type_ == QpType::uc ? 1 : id.qp_type_ == QpType::xrc_send ? 3 : 0;
+  r.extended_transport_type = id.qp_type_ == QpType::xrc_send ? 1 : 0;
   r.e2e_flow_control = p.flow_control != 0;
   r.starting_psn = c.local_psn;
   r.local_cm_response_timeout = cfg_.cm_response_timeout;

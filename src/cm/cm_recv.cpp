@@ -81,7 +81,8 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
   }
   const Endpoint reply = ids_.reply_endpoint(mad.src, r.local_comm_id);
   auto refuse = [&](RejReason why) { send_rej(port, reply, h.tid, 0, r.local_comm_id, MsgRef::req, why); };
-  if (r.transport_service_type > 1) return refuse(RejReason::invalid_transport_type);
+  const bool xrc = r.transport_service_type == 3 && r.extended_transport_type == 1;
+  if (r.transport_service_type > 1 && !xrc) return refuse(RejReason::invalid_transport_type);
   const bool ip = is_ip_service(r.service_id);
   IpCmHeader iph;
   IpAddr dst = mad.dst;
@@ -100,7 +101,8 @@ void Cm::recv_req(GsiPort& port, const GsiMad& mad, const MadHeader& h, bool las
 
   auto* child = new Id;
   child->ps_ = l->ps_;
-  child->qp_type_ = r.transport_service_type == 1 ? QpType::uc : QpType::rc;
+  // The passive side of an XRC connection is the XRC_RECV half.
+  child->qp_type_ = r.transport_service_type == 1 ? QpType::uc : xrc ? QpType::xrc_recv : QpType::rc;
   child->port_ = &port;
   child->src_ = {ip ? dst : port.address(), l->src_.port};
   child->dst_ = ip ? Endpoint{iph.src, iph.src_port} : Endpoint{mad.src.addr, 0};

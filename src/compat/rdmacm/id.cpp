@@ -61,7 +61,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_
   c->id.channel = &c->chan->ch;
   c->id.context = context;
   c->id.ps = ps;
-  c->id.qp_type = qp_type == cm::QpType::ud ? IBV_QPT_UD : qp_type == cm::QpType::uc ? IBV_QPT_UC : IBV_QPT_RC;
+  c->id.qp_type = static_cast<ibv_qp_type>(qp_type);  // verbs::QpType has ibv_qp_type's values
   c->core = cm_of(*l).create_id(c, uint16_t(ps), qp_type);
   *id = &c->id;
   return 0;

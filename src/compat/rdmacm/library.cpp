@@ -2,6 +2,7 @@
 // that turns the Cm's events into rdma_cm_events on the ids' channels.
 #include <arpa/inet.h>
 #include <endian.h>
+#include <fcntl.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -106,6 +107,18 @@ ibv_pd* default_pd(Device& d) noexcept {
   return d.pd;
 }
 
+ibv_xrcd* default_xrcd(Device& d) noexcept {
+  std::lock_guard g(d.mu);
+  if (!d.xrcd) {
+    ibv_xrcd_init_attr a{};
+    a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    a.fd = -1;
+    a.oflags = O_CREAT;
+    d.xrcd = ibv_open_xrcd(d.ctx, &a);
+  }
+  return d.xrcd;
+}
+
 // ------------------------------------------------------------------ errors
 
 int fail(const char* fn, const Status& s) noexcept {
@@ -207,6 +220,8 @@ ibv_qp_type qp_type_of(cm::QpType t) {
   switch (t) {
     case cm::QpType::ud: return IBV_QPT_UD;
     case cm::QpType::uc: return IBV_QPT_UC;
+    case cm::QpType::xrc_send: return IBV_QPT_XRC_SEND;
+    case cm::QpType::xrc_recv: return IBV_QPT_XRC_RECV;
     default: return IBV_QPT_RC;
   }
 }

@@ -103,10 +103,19 @@ UROCE_C_API int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   }
   if (!attr->pd) return fail("rdma_create_qp", ENOMEM, "no protection domain");
   if (attr->pd->context != id->verbs) return fail("rdma_create_qp", EINVAL, "the PD is of another device");
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD)
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
+      attr->qp_type != IBV_QPT_XRC_SEND && attr->qp_type != IBV_QPT_XRC_RECV)
     attr->qp_type = id->qp_type;
   if ((attr->qp_type == IBV_QPT_UD) != (id->qp_type == IBV_QPT_UD))
     return fail("rdma_create_qp", EINVAL, "the QP type does not fit the id's port space");
+  // The passive side of an XRC connection: an XRC_RECV QP in the device's
+  // XRC domain (as librdmacm, one per device); its CQs go to the id, for the
+  // XRC SRQ rdma_create_srq makes.
+  if (attr->qp_type == IBV_QPT_XRC_RECV && (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+    attr->xrcd = default_xrcd(*c->dev);
+    if (!attr->xrcd) return fail("rdma_create_qp", errno, "cannot open the device's XRC domain");
+    attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+  }
   if (!attr->send_cq || !attr->recv_cq) {
     if (!attr->recv_cq) {
       if (!make_cq(*id, attr->cap.max_recv_wr, id->recv_cq, id->recv_cq_channel)) goto cq_failed;
@@ -186,8 +195,23 @@ UROCE_C_API int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
     attr->pd = id->pd ? id->pd : default_pd(*c->dev);
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
   }
-  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
-    return fail("rdma_create_srq", EOPNOTSUPP, "only basic SRQs (no XRC)");
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC) {
+    // As librdmacm: the device's XRC domain, and the id's receive CQ (made
+    // if need be) for its completions.
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) {
+      attr->xrcd = default_xrcd(*c->dev);
+      if (!attr->xrcd) return fail("rdma_create_srq", errno, "cannot open the device's XRC domain");
+    }
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+      if (!id->recv_cq) {
+        if (!make_cq(*id, attr->attr.max_wr, id->recv_cq, id->recv_cq_channel))
+          return fail("rdma_create_srq", errno, "cannot create the CQ");
+        c->own_cqs = true;
+      }
+      attr->cq = id->recv_cq;
+    }
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  }
   ibv_srq* srq = ibv_create_srq_ex(id->verbs, attr);
   if (!srq) return fail("rdma_create_srq", errno, "ibv_create_srq failed");
   id->srq = srq;
@@ -201,7 +225,7 @@ UROCE_C_API int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* a
   ex.srq_context = attr->srq_context;
   ex.attr = attr->attr;
   ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-  ex.srq_type = IBV_SRQT_BASIC;
+  ex.srq_type = id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;  // as librdmacm
   ex.pd = pd ? pd : id->pd;
   if (!ex.pd) ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE;
   const int r = rdma_create_srq_ex(id, &ex);
@@ -218,15 +242,14 @@ UROCE_C_API void rdma_destroy_srq(rdma_cm_id* id) {
 
 UROCE_C_API int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   if (!id || !res) return fail("rdma_create_ep", EINVAL, "no id pointer or no address");
-  // XRC (rdma_xserver -c x) needs XRC domains and QPs, which uroce has not:
-  // refuse rather than connect an RC QP the peer did not ask for.
-  if (res->ai_qp_type == IBV_QPT_XRC_SEND || res->ai_qp_type == IBV_QPT_XRC_RECV ||
-      (qp_init_attr && (qp_init_attr->qp_type == IBV_QPT_XRC_SEND || qp_init_attr->qp_type == IBV_QPT_XRC_RECV)))
-    return fail("rdma_create_ep", EOPNOTSUPP, "XRC QPs are not supported by uroce");
-  const ibv_qp_type t = res->ai_qp_type == IBV_QPT_UD   ? IBV_QPT_UD
-                        : res->ai_qp_type == IBV_QPT_UC ? IBV_QPT_UC
-                                                        : IBV_QPT_RC;
-  const cm::QpType ct = t == IBV_QPT_UD ? cm::QpType::ud : t == IBV_QPT_UC ? cm::QpType::uc : cm::QpType::rc;
+  // XRC: the active side sends (XRC_SEND), the passive side's requests get
+  // XRC_RECV QPs (rdma_xserver/rdma_xclient -c x).
+  const ibv_qp_type t = res->ai_qp_type == IBV_QPT_UD         ? IBV_QPT_UD
+                        : res->ai_qp_type == IBV_QPT_UC       ? IBV_QPT_UC
+                        : res->ai_qp_type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_SEND
+                        : res->ai_qp_type == IBV_QPT_XRC_RECV ? IBV_QPT_XRC_RECV
+                                                              : IBV_QPT_RC;
+  const cm::QpType ct = static_cast<cm::QpType>(t);  // verbs::QpType has ibv_qp_type's values
   const rdma_port_space ps =
       res->ai_port_space ? rdma_port_space(res->ai_port_space) : (t == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
   rdma_cm_id* cm_id;

@@ -70,7 +70,8 @@ struct Device {
   uint8_t max_resp_res = 0;    // max_qp_rd_atom
   uint8_t max_init_depth = 0;  // max_qp_init_rd_atom
   std::mutex mu;
-  ibv_pd* pd = nullptr;  // the default PD: every id's id->pd on this device
+  ibv_pd* pd = nullptr;      // the default PD: every id's id->pd on this device
+  ibv_xrcd* xrcd = nullptr;  // the XRC domain of its XRC_RECV QPs and XRC SRQs
 };
 
 // The QP of an id, as the Cm moves it (ibv_modify_qp).
@@ -121,6 +122,7 @@ cm::Cm& cm_of(Library& l) noexcept;
 const std::vector<Device*>& devices(Library& l) noexcept;
 Device* device_of(Library& l, const cm::GsiPort* port) noexcept;
 ibv_pd* default_pd(Device& d) noexcept;
+ibv_xrcd* default_xrcd(Device& d) noexcept;
 
 // Channels (channel.cpp).
 Channel* new_channel(bool internal) noexcept;
