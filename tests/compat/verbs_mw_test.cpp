@@ -346,6 +346,12 @@ TEST_F(Mw, DeallocRevokesAndFreesTheRegion) {
   errno = 0;
   EXPECT_EQ(ibv_dereg_mr(bind_mr_), EINVAL);
   EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_rereg_mr(bind_mr_, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND | IBV_ACCESS_REMOTE_READ),
+            IBV_REREG_MR_ERR_INPUT)
+      << "the region may not change under a bound window";
+  EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY) << "the window holds the PD";
   ASSERT_EQ(ibv_dealloc_mw(w), 0);
   pattern(8, 1);

@@ -79,6 +79,9 @@ Result<std::unique_ptr<Mr>> Mr::reg(Pd& pd, uint64_t addr, uint64_t length, uint
 
 Status Mr::rereg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access) {
   if (&pd.context() != &pd_->context()) return err::inval("the new PD is of another device");
+  // A window's grant is a part of the region as it was bound: the region
+  // may not change under it (as it may not be deregistered).
+  if (windows() > 0) return err::inval("memory windows are bound to the region: revoke or free them first");
   if (Status s = MrTable::check_region(addr, length, iova, access); !s.ok()) return s;
   // The new pages are watched before the region reaches them.
   const bool watch = !(access & access::kOnDemand) && UnmapWatch::instance().watch(addr, length);

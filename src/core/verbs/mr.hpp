@@ -33,6 +33,7 @@ class Mr {
   // `access`, peers address it as [iova, ...); its lkey and rkey stay (as
   // kernel providers keep them).  `pd` must be of the same context.  On an
   // error the region is unchanged.
+  // EINVAL while memory windows are bound to it.
   Status rereg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t access);
   Mr& operator=(const Mr&) = delete;
 
