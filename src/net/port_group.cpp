@@ -326,22 +326,15 @@ Status PortGroup::steer() {
   return s;
 }
 
-void PortGroup::resteer_if_stale() noexcept {
+void PortGroup::resteer() noexcept {
   // Never waits: a newcomer holding the table's lock may be waiting for
   // this very thread to hand it the sockets.
   std::unique_lock lg(steer_mu_, std::try_to_lock);
-  if (!lg.owns_lock() || !stale()) return;
+  if (!lg.owns_lock()) return;
   if (::flock(file_fd_.get(), LOCK_EX | LOCK_NB) != 0) return;  // next period
   if (Status s = steer_locked(); !s.ok())
     UROCE_LOG(warn, "port group %s: %s", at_.to_string().c_str(), s.to_string().c_str());
   unlock();
-}
-
-bool PortGroup::stale() const noexcept {
-  if (steered_otherwise_ != kSteerFallback && !live(steered_otherwise_)) return true;
-  for (uint32_t slot : steered_listener_slots_)
-    if (!reg_->alive(slot)) return true;
-  return false;
 }
 
 void PortGroup::steer_all() noexcept {
@@ -365,9 +358,6 @@ Status PortGroup::steer_locked() {
   if (listeners_)
     for (const auto& [sid, slot] : listeners_->on(at_.addr)) t.listeners.push_back({sid, slot});
   UROCE_TRY(attach_steering(fd(), steering_program(t)));
-  steered_otherwise_ = t.otherwise;
-  steered_listener_slots_.clear();
-  for (const auto& l : t.listeners) steered_listener_slots_.push_back(l.slot);
   return {};
 }
 
@@ -389,7 +379,7 @@ void PortGroup::serve_loop() noexcept {
     pollfd p{listen_fd_.get(), POLLIN, 0};
     const int n = ::poll(&p, 1, int(kResteerPeriod.count()));
     if (n == 0 || (n < 0 && errno == EINTR)) {
-      if (n == 0) resteer_if_stale();
+      if (n == 0) resteer();
       continue;
     }
     if (n < 0 || (p.revents & (POLLHUP | POLLERR | POLLNVAL))) return;  // shut down: we are leaving

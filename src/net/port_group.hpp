@@ -21,10 +21,10 @@
 // process that died (SIGKILL included) is free for the next one, which
 // empties its socket of what was queued for the dead process first.  A
 // process that dies leaves the program steering to its position until a
-// member notices: each member checks once a second (kResteerPeriod) that
-// the positions and listeners its last program relied on for what no QP
-// number places (rdma_cm requests, the default position) are still live,
-// and steers again if not.
+// member steers again: each member rebuilds the program from the table
+// once a second (kResteerPeriod), so the default position and the rdma_cm
+// listeners of a dead process move within a second, and a program built
+// from a wrong view (a live member taken for dead) heals as fast.
 //
 // A member leaves under the table's lock and frees its position only once
 // it holds none of the sockets; a newcomer that finds members on their way
@@ -111,8 +111,7 @@ class PortGroup {
   Status fetch();
   Status claim();
   Status steer_locked();
-  bool stale() const noexcept;  // steer_mu_ held
-  void resteer_if_stale() noexcept;
+  void resteer() noexcept;  // the uroce-port thread's, once a period
   Status start_serving();
   void serve_loop() noexcept;
   bool live(uint32_t i) const noexcept;
@@ -130,12 +129,9 @@ class PortGroup {
   UniqueFd listen_fd_;
   std::thread server_;
   std::unique_ptr<ListenerTable> listeners_;  // opened on first use
-  // What the last program steered to by rule rather than by QP number
-  // (stale()); guarded by steer_mu_, which also keeps two threads of ours
-  // from steering at once (the file's flock does not: it is one open file).
-  mutable std::mutex steer_mu_;
-  uint32_t steered_otherwise_ = kSteerFallback;
-  std::vector<uint32_t> steered_listener_slots_;
+  // Keeps two threads of ours from steering at once (the file's flock does
+  // not: it is one open file description).
+  std::mutex steer_mu_;
 };
 
 }  // namespace uroce::net

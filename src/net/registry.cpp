@@ -190,7 +190,10 @@ bool HostRegistry::owner_alive(uint64_t word, uint64_t pidns) const {
   const pid_t pid = pid_t(registry::owner_pid(word));
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   auto st = proc_stat(pid);
-  if (!st || st->state == 'Z' || st->state == 'X') return false;  // gone, or a zombie
+  // Unreadable while the pid exists (out of descriptors, say): not proof of
+  // death, and taking a live process for dead would give its place away.
+  if (!st) return ::kill(pid, 0) == 0 || errno != ESRCH;
+  if (st->state == 'Z' || st->state == 'X') return false;         // a zombie
   return registry::owner_word(uint32_t(pid), st->start) == word;  // else the pid was reused
 }
 

@@ -230,6 +230,35 @@ TEST_F(PortGroupTest, ASurvivorSteersAgainWhenTheDefaultMemberIsKilled) {
   ::close(report[0]), ::close(report[1]);
 }
 
+// A program that leaves a live member out (built from a wrong view, or by
+// anyone holding a socket of the group) strands that member's traffic only
+// until the next periodic steer.
+TEST_F(PortGroupTest, AProgramThatLeavesAMemberOutHealsWithinAPeriod) {
+  at_ = address(7);
+  auto ra = registry(), rb = registry();
+  ASSERT_TRUE(ra && rb);
+  auto a = PortGroup::join(ra, at_, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = PortGroup::join(rb, at_, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  SteeringTable wrong;  // a alone, and the default too
+  wrong.slots.push_back({ra->slot(), (*a)->position()});
+  wrong.otherwise = (*a)->position();
+  const auto prog = steering_program(wrong);
+  ASSERT_TRUE(attach_steering((*a)->fd(), prog).ok());
+  send_to(rb->slot());
+  EXPECT_EQ(receive((*a)->fd(), ra->slot(), 8), -8) << "b's datagrams went to a";
+  const auto until = std::chrono::steady_clock::now() + 5 * PortGroup::kResteerPeriod;
+  int got = 0;
+  while (got == 0 && std::chrono::steady_clock::now() < until) {
+    send_to(rb->slot());
+    got = receive((*b)->fd(), rb->slot(), 1);
+  }
+  EXPECT_GT(got, 0) << "the member left out never got its datagrams back";
+  send_to(rb->slot());
+  EXPECT_EQ(receive((*b)->fd(), rb->slot(), 8), 8);
+}
+
 // When every member is gone the group is gone with them: the next process
 // founds a new one on the same port.
 TEST_F(PortGroupTest, TheLastMemberTakesTheGroupWithIt) {
