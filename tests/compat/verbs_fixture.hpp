@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -51,6 +52,7 @@ class Verbs : public ::testing::Test {
   }
 
   void TearDown() override {
+    if (HasFailure() && ctx_) dump_counters();
     for (auto it = qps_.rbegin(); it != qps_.rend(); ++it) EXPECT_EQ(ibv_destroy_qp(*it), 0);
     for (ibv_cq* cq : cqs_) EXPECT_EQ(ibv_destroy_cq(cq), 0);
     if (mr_) {
@@ -63,6 +65,20 @@ class Verbs : public ::testing::Test {
       EXPECT_EQ(ibv_close_device(ctx_), 0);
     }
     if (list_) ibv_free_device_list(list_);
+  }
+
+  // After a failure: the counters of every uroce NIC of this user (ours and
+  // those of the other processes on the address), to tell traffic that
+  // reached the wrong process (rx_unknown_qp there) from traffic that never
+  // left or never arrived.
+  static void dump_counters() {
+#ifdef UROCE_TOOL
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // published within 100 ms
+    std::printf("counters after the failure (this is pid %d):\n", int(::getpid()));
+    std::fflush(stdout);
+    const std::string cmd = std::string("timeout 10 ") + UROCE_TOOL + " stat";
+    if (std::system(cmd.c_str()) != 0) std::printf("(uroce stat failed)\n");
+#endif
   }
 
   ibv_cq* cq(int cqe = 256, ibv_comp_channel* ch = nullptr) {
