@@ -76,6 +76,9 @@ struct alignas(64) Header {
   alignas(64) std::atomic<uint64_t> rx_packets;  // consumer's counters
   std::atomic<uint64_t> rx_bytes;
   std::atomic<uint64_t> skipped;
+  // Words for the ring's user, zero at creation (an XRC SRQ's inbox keeps
+  // its receive credits and its domain here: transport/xrc_share.hpp).
+  alignas(64) std::atomic<uint64_t> user[8];
 };
 static_assert(sizeof(Header) <= kHeaderSize);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);

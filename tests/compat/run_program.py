@@ -8,7 +8,10 @@ Modes:
   --mode single   run PROGRAM ARGS once (ibv_devinfo)
   --mode pair     a server `PROGRAM ARGS <port-flag> P` and a client
                   `PROGRAM ARGS <port-flag> P 127.0.0.1` (ibv_*_pingpong,
-                  perftest); both must exit 0
+                  perftest); both must exit 0.  --clients N starts N such
+                  clients at once (each must exit 0 and match --expect);
+                  --server-arg adds an argument to the server's command
+                  only (ibv_xsrq_pingpong -c N)
   --mode qperf    a server `qperf -lp P` and a client
                   `qperf -lp P ARGS... 127.0.0.1 TEST` (TEST = --qperf-test);
                   the client must exit 0 and print the test's result
@@ -322,6 +325,8 @@ def main():
     ap.add_argument("--netns-mtu", type=int, default=9000)
     ap.add_argument("--port-flag", default="-p")
     ap.add_argument("--qperf-test")
+    ap.add_argument("--clients", type=int, default=1)
+    ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--reject", action="append", default=[])
@@ -415,12 +420,13 @@ def attempt(a, cmd):
             if rc != 0:
                 print(f"exit status {rc}")
                 ok = False
-            checked = "run"
+            checked = ["run"]
         else:
             port = free_port()
             if a.mode == "pair":
                 server_cmd = cmd + [a.port_flag, str(port)]
                 client_cmd = server_cmd + [server_addr]
+                server_cmd = server_cmd + a.server_arg
             else:
                 server_cmd = [cmd[0], "-lp", str(port)]
                 client_cmd = cmd + ["-lp", str(port), server_addr, a.qperf_test]
@@ -429,8 +435,9 @@ def attempt(a, cmd):
             # `ip netns exec` execs the program: its pid shows its namespace.
             while not listening(port, server.pid) and server.poll() is None and time.time() < deadline:
                 time.sleep(0.05)
-            client = start(client_prefix, client_cmd, client_env, "client")
-            crc = finish(client, a.timeout, "client")
+            checked = ["client"] if a.clients == 1 else [f"client{i + 1}" for i in range(a.clients)]
+            clients = [start(client_prefix, client_cmd, client_env, name) for name in checked]
+            crcs = [finish(c, a.timeout, name) for c, name in zip(clients, checked)]
             if a.mode == "qperf":
                 # The qperf server serves forever; it must still be alive.
                 if server.poll() is not None:
@@ -444,15 +451,16 @@ def attempt(a, cmd):
                 if src != 0:
                     print(f"server: exit status {src}")
                     ok = False
-            if crc != 0:
-                print(f"client: exit status {crc}")
-                ok = False
-            checked = "client"
+            for name, crc in zip(checked, crcs):
+                if crc != 0:
+                    print(f"{name}: exit status {crc}")
+                    ok = False
         outputs = {n: open(f, errors="replace").read() for n, f in logs.items()}
         for pattern in a.expect:
-            if not re.search(pattern, outputs[checked], re.M):
-                print(f"{checked} output does not match {pattern!r}")
-                ok = False
+            for name in checked:
+                if not re.search(pattern, outputs[name], re.M):
+                    print(f"{name} output does not match {pattern!r}")
+                    ok = False
         ok &= not rejected(a.reject, outputs)
         for n, text in outputs.items():
             print(f"----- {n} output" + ("" if len(text) < 6000 else " (tail)"))

@@ -17,6 +17,7 @@
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
+#include "transport/xrc_share.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
 
@@ -192,6 +193,7 @@ Nic::~Nic() {
   stats_.reset();  // unlinks the stats file
   if (epfd_ >= 0) ::close(epfd_);
   if (kick_fd_ >= 0) ::close(kick_fd_);
+  if (xrc_bell_fd_ >= 0) ::close(xrc_bell_fd_);
   if (registry_) (void)registry_->unpublish(local_.addr, local_.port);
   std::lock_guard g(g_nics_mu);
   auto it = nics().find({cfg_.addr, cfg_.port});
@@ -384,11 +386,13 @@ void Nic::flush_acks() noexcept {
 
 size_t Nic::poll_rx() noexcept {
   size_t n = io_->recv_batch(rx_);
-  if (n == 0) return 0;
+  // What other processes' XRC_RECV QPs received for our SRQs (xrc_share.hpp).
+  const size_t handed = xrc_inboxes_.empty() ? 0 : drain_xrc_inboxes();
+  if (n == 0) return handed;
   refresh_now();
   for (size_t i = 0; i < n; ++i) dispatch(rx_[i]);
   pump();
-  return n;
+  return n + handed;
 }
 
 void Nic::dispatch(net::RxPacket& raw) noexcept {

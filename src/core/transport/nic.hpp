@@ -51,6 +51,8 @@ class StatsPublisher;
 namespace uroce::transport {
 
 class QpEngine;
+class XrcInbox;
+class XrcRemote;
 
 struct NicConfig {
   std::string name = "uroce0";
@@ -130,6 +132,14 @@ class Nic {
   // The SRQ leaves: QPs that last delivered to it forget it.
   void remove_xrc_srq(uint32_t srqn) noexcept;
   RecvSource* find_xrc_srq(uint32_t srqn) const noexcept;  // NIC lock held
+  // An XRC SRQ of a domain opened on a file, which other processes of the
+  // host may open too: gives it an inbox (xrc_share.hpp) and returns its
+  // receive credits, or nullptr if it cannot have one (then only this
+  // process's XRC_RECV QPs reach it).  Takes the lock.
+  std::atomic<uint64_t>* share_xrc_srq(uint32_t srqn, RecvSource& srq, XrcFileKey key) noexcept;
+  // NIC lock held: SRQ `srqn` of another process of the host, in a domain
+  // opened on the file `key` names; nullptr if there is none.
+  XrcRemote* find_remote_xrc_srq(uint32_t srqn, XrcFileKey key) noexcept;
 
   // ---- NIC lock held ----
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
@@ -244,7 +254,19 @@ class Nic {
   std::atomic<bool> rearm_{false};
   std::map<IpAddr, std::vector<uint32_t>> mcast_;  // group -> attached QPs
   std::map<uint32_t, RecvSource*> xrc_srqs_;       // XRC SRQ number -> SRQ
-  uint32_t next_xrc_srq_ = 1;                      // index where the next search starts
+  // Inboxes of our shared XRC SRQs (shared: a sleeper holds them until it
+  // wakes), and the SRQs of other processes our XRC_RECV QPs deliver to.
+  std::map<uint32_t, std::shared_ptr<XrcInbox>> xrc_inboxes_;
+  std::atomic<bool> have_inboxes_{false};
+  std::map<uint32_t, std::unique_ptr<XrcRemote>> xrc_remotes_;
+  int xrc_bell_fd_ = -1;  // wakes the progress thread for the inboxes (owned: closed by ~Nic)
+  size_t drain_xrc_inboxes() noexcept;
+  // Around the progress thread's sleep: announces it to every inbox (true
+  // if one has pieces waiting: do not sleep) and returns them for
+  // xrc_wake().  Their producers ring xrc_bell_fd_, which it polls.
+  std::vector<std::shared_ptr<XrcInbox>> xrc_sleep(bool& pending) noexcept;
+  static void xrc_wake(std::vector<std::shared_ptr<XrcInbox>>& inboxes) noexcept;
+  uint32_t next_xrc_srq_ = 1;  // index where the next search starts
   void leave_if_empty(const IpAddr& group) noexcept;
   int epfd_ = -1;
   int kick_fd_ = -1;

@@ -58,6 +58,14 @@ class MemoryDomain {
   ~MemoryDomain() = default;
 };
 
+// An XRC domain opened on a file, as the processes of a host share it:
+// the file's device and inode (ino 0: a domain of one process only).
+struct XrcFileKey {
+  uint64_t dev = 0, ino = 0;
+  bool shared() const noexcept { return ino != 0; }
+  bool operator==(const XrcFileKey&) const = default;
+};
+
 // Receive WQEs shared by several QPs: a shared receive queue (verbs::Srq).
 class RecvSource {
  public:
@@ -72,6 +80,10 @@ class RecvSource {
   // domain it belongs to (0: none).
   virtual CompletionSink* completions() const noexcept { return nullptr; }
   virtual uint32_t xrc_domain() const noexcept { return 0; }
+  // An XRC SRQ of a domain shared with other processes: the WQE reserved for
+  // a message another process's XRC_RECV QP received (XrcInbox), whose
+  // credit was taken already (take() takes one itself).  False when empty.
+  virtual bool take_reserved(RecvWqe& out, std::vector<verbs::Sge>& sges) noexcept { return take(out, sges); }
 
  protected:
   ~RecvSource() = default;

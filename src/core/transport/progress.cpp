@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "common/quiet_thread.hpp"
 #include "transport/nic.hpp"
+#include "transport/xrc_share.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -121,6 +122,7 @@ void Nic::progress_thread_main() noexcept {
       std::lock_guard g(mu_);
       refresh_now();
       run_timers();
+      if (!xrc_inboxes_.empty() && drain_xrc_inboxes() > 0) pump();  // what a bell woke us for
       const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
       const bool polled = cur != seen;
       seen = cur;
@@ -189,12 +191,15 @@ void Nic::progress_thread_main() noexcept {
       thread_user_us_.store(uint64_t(ru.ru_utime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec, std::memory_order_relaxed);
       thread_sys_us_.store(uint64_t(ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_stime.tv_usec, std::memory_order_relaxed);
     }
-    epoll_event evs[2];
+    epoll_event evs[3];
     const bool in_socket = armed;  // sleeping in the socket: say so to the I/O
-    const bool pending = in_socket && io_->prepare_wait();
+    bool pending = in_socket && io_->prepare_wait();
+    bool handed = false;  // pieces for our XRC SRQs (xrc_share.hpp), whoever holds the socket
+    auto inboxes = xrc_sleep(handed);
     static constexpr timespec kNoWait{};
-    const int n = ::epoll_pwait2(epfd_, evs, 2, pending ? &kNoWait : timeout_p, nullptr);
+    const int n = ::epoll_pwait2(epfd_, evs, 3, pending || handed ? &kNoWait : timeout_p, nullptr);
     if (in_socket) io_->done_wait();
+    xrc_wake(inboxes);
     rx_event = pending;
     if (pending) armed = false;  // as a one-shot socket event: taken again only when the app is idle
     for (int i = 0; i < n; ++i) {
@@ -202,6 +207,8 @@ void Nic::progress_thread_main() noexcept {
         uint64_t v;
         ssize_t r = ::read(kick_fd_, &v, sizeof v);
         (void)r;
+      } else if (evs[i].data.u32 == 2) {
+        xrc_share::quiet_bell(xrc_bell_fd_);
       } else {
         armed = false;  // one-shot: disarmed until we take the socket again
         rx_event = true;

@@ -20,6 +20,7 @@
 namespace uroce::transport {
 
 class Nic;
+class XrcRemote;
 
 // What the verbs QP settled at creation.
 struct EngineInit {
@@ -30,6 +31,7 @@ struct EngineInit {
   CompletionSink* recv_cq = nullptr;
   RecvSource* srq = nullptr;  // nullptr: the engine's own receive queue
   uint32_t xrcd = 0;          // XRC_RECV: its XRC domain (the SRQs it may deliver to)
+  XrcFileKey xrcd_file;       // ... and the file it was opened on, if any (xrc_share.hpp)
   const MemoryDomain* memory = nullptr;
   QpOwner* owner = nullptr;
 };
@@ -80,6 +82,7 @@ class QpEngine {
   // in which its WQEs were posted (as a NIC checks them), else the QP's.
   const MemoryDomain& recv_mem() const noexcept { return srq() ? srq()->memory() : *init_.memory; }
   uint32_t xrcd() const noexcept { return init_.xrcd; }
+  XrcFileKey xrcd_file() const noexcept { return init_.xrcd_file; }
   QpOwner& owner() const noexcept { return *init_.owner; }
 
   // ---- what verbs::Qp calls ----
@@ -123,6 +126,8 @@ class QpEngine {
   wire::IpUdpFields icrc_ip;         // RC/UC: ICRC fields of packets to the peer
   uint32_t mtu = 1024;               // path MTU in bytes
   RecvSource* xrc_target = nullptr;  // XRC_RECV: the SRQ of the request at hand (or last handled)
+  XrcRemote* xrc_remote = nullptr;   // ... when that SRQ is another process's (xrc_share.hpp)
+  uint32_t xrc_msg_srqn = 0;         // the SRQ the message in progress began with
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers

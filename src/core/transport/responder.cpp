@@ -17,6 +17,7 @@
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
 #include "transport/sge.hpp"
+#include "transport/xrc_share.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -219,7 +220,57 @@ RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
   return r;
 }
 
+// A SEND for another process's XRC SRQ (xrc_share.hpp): a credit at the
+// first packet (none: RNR NAK), each packet's payload into its inbox; the
+// owner takes the WQE, scatters and completes.  A full inbox drops the packet
+// unacknowledged, as if lost (the requester sends it again).
+void on_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  ResponderState& s = qp.resp;
+  XrcRemote& r = *qp.xrc_remote;
+  const uint32_t flags = pkt.info->flags;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  const bool first = flags & op::kFirst, last = flags & op::kLast;
+  if (first) {
+    switch (r.take_credit()) {
+      case XrcRemote::Take::ok: break;
+      case XrcRemote::Take::empty: queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer); return;
+      case XrcRemote::Take::gone:
+        ++nic.counters().resp_xrc_srq_errors;
+        fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
+        return;
+    }
+    s.recv_off = 0;
+  }
+  xrc_share::Piece p{};
+  p.tgt_qpn = qp.qpn();
+  p.msn = s.msn;
+  p.src_qp = qp.attr.dest_qp_num;
+  p.offset = s.recv_off;
+  p.flags = (first ? xrc_share::kFirst : 0) | (last ? xrc_share::kLast : 0) |
+            ((flags & op::kImm) ? xrc_share::kImm : 0) | (pkt.hdr.bth.solicited ? xrc_share::kSolicited : 0);
+  p.imm = (flags & op::kImm) ? pkt.hdr.imm : 0;
+  p.len = uint32_t(pkt.payload.size());
+  if (!r.put(p, pkt.payload)) {
+    ++nic.counters().xrc_handoff_full;
+    if (first) r.give_back();
+    return;
+  }
+  if (first) transition(qp.qpn(), s.msg, RespMsg::send);
+  s.recv_off += p.len;
+  if (last) {
+    ++nic.counters().xrc_handoff_sent;
+    transition(qp.qpn(), s.msg, RespMsg::idle);
+    s.msn = psn_add(s.msn, 1);
+  }
+  s.epsn = psn_add(psn, 1);
+  if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, last);
+}
+
 void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  if (qp.xrc_remote) {
+    on_send_remote(nic, qp, pkt);
+    return;
+  }
   ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
@@ -499,13 +550,29 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
   const uint32_t psn = pkt.hdr.bth.psn;
   if (qp.xrc_recv()) {  // the SRQ (hence CQ and PD) this request is for
     ++nic.counters().xrc_rx_requests;
-    RecvSource* target = nic.find_xrc_srq(pkt.hdr.xrc_srqn);
-    if (!target || target->xrc_domain() != qp.xrcd()) {
+    const uint32_t srqn = pkt.hdr.xrc_srqn;
+    // The next packet of a message in progress names the SRQ the message
+    // began with (checked before the target moves: the WQE held is that
+    // SRQ's, and so is the CQ where it completes in error).
+    const bool next = psn == s.epsn;
+    if (next && !starts_message(flags) && s.msg != RespMsg::idle && srqn != qp.xrc_msg_srqn) {
+      ++nic.counters().resp_xrc_srq_errors;
+      fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
+      return;
+    }
+    RecvSource* target = nic.find_xrc_srq(srqn);
+    // Another process's, in the domain we share with it: SENDs only.
+    XrcRemote* remote = target ? nullptr : nic.find_remote_xrc_srq(srqn, qp.xrcd_file());
+    const bool refused =
+        target ? target->xrc_domain() != qp.xrcd() : !remote || !(flags & op::kSend) || (flags & op::kIeth);
+    if (refused) {
       ++nic.counters().resp_xrc_srq_errors;
       fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
       return;
     }
     qp.xrc_target = target;
+    qp.xrc_remote = remote;
+    if (next && starts_message(flags)) qp.xrc_msg_srqn = srqn;
   }
   if (qp.reliable()) {
     const int32_t d = psn_diff(psn, s.epsn);

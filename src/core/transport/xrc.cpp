@@ -1,7 +1,12 @@
 // The NIC's XRC SRQ numbers (IBA 9.9.4): an XRC_RECV QP takes the receive
 // WQE of each request from the SRQ its XRCETH names.
+#include <sys/epoll.h>
+
+#include "common/log.hpp"
+#include "net/shm_ring.hpp"
 #include "transport/nic.hpp"
 #include "transport/qp_engine.hpp"
+#include "transport/xrc_share.hpp"
 
 namespace uroce::transport {
 
@@ -26,6 +31,85 @@ void Nic::remove_xrc_srq(uint32_t srqn) noexcept {
   qps_->for_each([gone](QpEngine& qp) {
     if (qp.xrc_target == gone) qp.xrc_target = nullptr;
   });
+  xrc_inboxes_.erase(srqn);  // closed: other processes' QPs find it gone
+  have_inboxes_.store(!xrc_inboxes_.empty(), std::memory_order_release);
+}
+
+std::atomic<uint64_t>* Nic::share_xrc_srq(uint32_t srqn, RecvSource& srq, XrcFileKey key) noexcept {
+  auto dir = net::shm_dir();
+  if (!dir.ok()) {
+    UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,
+              std::string(dir.status().message()).c_str());
+    return nullptr;
+  }
+  auto in = XrcInbox::create(*dir, local_.addr, srqn, key, srq);
+  if (!in.ok()) {
+    UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,
+              std::string(in.status().message()).c_str());
+    return nullptr;
+  }
+  start_progress_thread();  // it drains the inbox when the application does not
+  std::lock_guard g(mu_);
+  if (xrc_bell_fd_ < 0) {
+    auto bell = xrc_share::open_bell(local_.addr, qps_->slot());
+    if (!bell.ok()) {
+      UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,
+                std::string(bell.status().message()).c_str());
+      return nullptr;
+    }
+    xrc_bell_fd_ = bell->release();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = 2;
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, xrc_bell_fd_, &ev);
+  }
+  std::shared_ptr<XrcInbox> box = std::move(*in);
+  std::atomic<uint64_t>* credits = &box->credits();
+  xrc_inboxes_[srqn] = std::move(box);
+  have_inboxes_.store(true, std::memory_order_release);
+  return credits;
+}
+
+XrcRemote* Nic::find_remote_xrc_srq(uint32_t srqn, XrcFileKey key) noexcept {
+  if (!key.shared() || !qps_ || srqn >> QpTable::kIndexBits == qps_->slot()) return nullptr;
+  auto it = xrc_remotes_.find(srqn);
+  if (it != xrc_remotes_.end() && it->second->alive()) return it->second->domain() == key ? it->second.get() : nullptr;
+  if (it != xrc_remotes_.end()) {  // its process destroyed it or died: QPs let go of it
+    XrcRemote* gone = it->second.get();
+    qps_->for_each([gone](QpEngine& qp) {
+      if (qp.xrc_remote == gone) qp.xrc_remote = nullptr;
+    });
+    xrc_remotes_.erase(it);
+  }
+  auto dir = net::shm_dir();
+  if (!dir.ok()) return nullptr;
+  auto r = XrcRemote::attach(*dir, local_.addr, srqn);
+  if (!r.ok() || !(*r)->alive()) return nullptr;
+  XrcRemote* p = r->get();
+  xrc_remotes_[srqn] = std::move(*r);
+  return p->domain() == key ? p : nullptr;
+}
+
+size_t Nic::drain_xrc_inboxes() noexcept {
+  size_t n = 0;
+  for (auto& [srqn, box] : xrc_inboxes_) n += box->drain(*this);
+  return n;
+}
+
+std::vector<std::shared_ptr<XrcInbox>> Nic::xrc_sleep(bool& pending) noexcept {
+  std::vector<std::shared_ptr<XrcInbox>> v;
+  if (!have_inboxes_.load(std::memory_order_acquire)) return v;
+  {
+    std::lock_guard g(mu_);
+    for (auto& [srqn, box] : xrc_inboxes_) v.push_back(box);
+  }
+  for (auto& box : v) pending = box->prepare_sleep() || pending;
+  return v;
+}
+
+void Nic::xrc_wake(std::vector<std::shared_ptr<XrcInbox>>& inboxes) noexcept {
+  for (auto& box : inboxes) box->end_sleep();
+  inboxes.clear();
 }
 
 RecvSource* Nic::find_xrc_srq(uint32_t srqn) const noexcept {

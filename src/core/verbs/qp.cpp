@@ -70,6 +70,7 @@ Result<std::unique_ptr<Qp>> Qp::create(Pd& pd, const QpInitAttr& in) {
   ei.recv_cq = init.recv_cq;
   ei.srq = init.srq;
   ei.xrcd = init.xrcd ? init.xrcd->id() : 0;
+  if (init.xrcd) ei.xrcd_file = init.xrcd->file_key();
   ei.memory = &pd;
   ei.owner = qp.get();
   qp->engine_ = std::make_unique<transport::QpEngine>(*qp->nic_, ei);

@@ -32,6 +32,8 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
     srq->xrc_ = *xrc;
     xrc->xrcd->users()++;
     xrc->cq->users()++;
+    if (const transport::XrcFileKey key = xrc->xrcd->file_key(); key.shared())
+      srq->credits_ = pd.context().nic().share_xrc_srq(*n, *srq, key);
   }
   return srq;
 }
@@ -53,7 +55,10 @@ transport::Nic& Srq::nic() const noexcept { return pd_->context().nic(); }
 
 Status Srq::post_recv(std::span<const RecvWr> wrs, size_t* bad) {
   std::lock_guard g(nic().mu());
-  return transport::post_recv_wrs(q_, wrs, bad, "shared receive queue", "the SRQ's max_sge");
+  const uint32_t before = q_.size();
+  Status st = transport::post_recv_wrs(q_, wrs, bad, "shared receive queue", "the SRQ's max_sge");
+  if (credits_) credits_->fetch_add(q_.size() - before, std::memory_order_acq_rel);  // the WQEs are in place
+  return st;
 }
 
 Status Srq::modify(const SrqAttr& attr, uint32_t mask) {
@@ -85,6 +90,20 @@ SrqAttr Srq::query() const {
 const transport::MemoryDomain& Srq::memory() const noexcept { return *pd_; }
 
 bool Srq::take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept {
+  if (credits_) {  // another process may hold a credit for a WQE still queued
+    uint64_t c = credits_->load(std::memory_order_acquire);
+    do {
+      if (c == 0) return false;
+    } while (!credits_->compare_exchange_weak(c, c - 1, std::memory_order_acq_rel));
+  }
+  return pop(out, sges);
+}
+
+bool Srq::take_reserved(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept {
+  return credits_ ? pop(out, sges) : take(out, sges);
+}
+
+bool Srq::pop(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept {
   if (q_.empty()) return false;
   const uint32_t h = q_.head();
   out = q_.at(h);

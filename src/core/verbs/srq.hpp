@@ -64,6 +64,7 @@ class Srq final : public transport::RecvSource {
   // Takes the oldest WQE; copies its SGEs into `sges`.  Raises the limit
   // event when it applies.  False when empty.
   bool take(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept override;
+  bool take_reserved(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept override;
   const transport::MemoryDomain& memory() const noexcept override;
   bool empty() const noexcept { return q_.empty(); }
   // XRC: the SRQ's number (ibv_get_srq_num), 0 for a basic SRQ.
@@ -81,6 +82,10 @@ class Srq final : public transport::RecvSource {
   ResourceHold hold_;  // one of the device's max_srq
   XrcSrqInit xrc_;     // an XRC SRQ's, else null
   uint32_t srqn_ = 0;
+  // An XRC SRQ in a domain shared with other processes: WQEs posted and not
+  // yet taken, which every consumer (theirs and ours) takes one at a time.
+  std::atomic<uint64_t>* credits_ = nullptr;
+  bool pop(transport::RecvWqe& out, std::vector<Sge>& sges) noexcept;
 };
 
 }  // namespace uroce::verbs

@@ -2,8 +2,9 @@
 // into an XRC SRQ.  Opened on a file, as rdma-core does: every open of the
 // same file (its device and inode) on one NIC is the same domain, as the
 // kernel makes it for the processes of a host; with no file (fd -1), a
-// domain of its own.  uroce's domains do not reach across processes: a
-// process's XRC_RECV QPs deliver into its own XRC SRQs only.
+// domain of its own.  The processes of a host that open one file share the
+// domain: an XRC_RECV QP of one delivers SENDs into the XRC SRQs of the
+// others (transport/xrc_share.hpp).
 #pragma once
 
 #include <sys/types.h>
@@ -13,6 +14,7 @@
 #include <memory>
 
 #include "common/status.hpp"
+#include "transport/ports.hpp"
 
 namespace uroce::verbs {
 
@@ -30,6 +32,10 @@ class Xrcd {
   Xrcd& operator=(const Xrcd&) = delete;
 
   uint32_t id() const noexcept { return id_; }  // equal for the same domain
+  // The file it was opened on, which names it across processes (none: fd -1).
+  transport::XrcFileKey file_key() const noexcept {
+    return on_file_ ? transport::XrcFileKey{uint64_t(dev_), uint64_t(ino_)} : transport::XrcFileKey{};
+  }
   Context& context() const noexcept { return *ctx_; }
   // What an XRC_RECV QP is accounted to (it has no PD of its own; the
   // memory its requests touch is the SRQ's PD's).

@@ -1,0 +1,221 @@
+// XRC across processes (issue 13): processes that open one file as their XRC
+// domain share it, so an XRC_RECV QP of one delivers SENDs into an XRC SRQ
+// of another, as ibv_xsrq_pingpong's clients do.  A forked child opens the
+// device (a NIC of its own), the domain on the parent's file and an XRC SRQ;
+// the parent's XRC_SEND QP sends to the child's SRQ through the parent's
+// XRC_RECV QP.  What the child receives is checked byte for byte with the
+// completion's fields; a message before any WQE waits (RNR) rather than
+// failing; what cannot cross (RDMA, another domain) is refused at the sender.
+#include "verbs_xrc_fixture.hpp"
+
+namespace compat_test {
+namespace {
+
+class XrcShared : public Xrc {
+ protected:
+  // The child's side: forgets the parent's objects (they stay the parent's),
+  // opens the device anew and the domain on `fd`, and makes an XRC SRQ
+  // whose CQ has a completion channel.
+  void become_child(int fd) {
+    qps_.clear();
+    srqs_.clear();
+    cqs_.clear();
+    xrcds_.clear();
+    mr_ = nullptr;
+    pd_ = nullptr;
+    ctx_ = nullptr;
+    file_ = -1;
+    Verbs::SetUp();
+    ibv_xrcd* x = open_xrcd(fd, O_CREAT);
+    ASSERT_NE(x, nullptr) << std::strerror(errno);
+    ch_ = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(ch_, nullptr);
+    child_cq_ = ibv_create_cq(ctx_, 64, nullptr, ch_, 0);
+    ASSERT_NE(child_cq_, nullptr);
+    cqs_.push_back(child_cq_);
+    child_srq_ = xrc_srq(x, child_cq_);
+    ASSERT_NE(child_srq_, nullptr) << std::strerror(errno);
+  }
+  // The child's next completion, sleeping on the channel (bounded).
+  ibv_wc child_wait() {
+    ibv_wc wc{};
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+      if (ibv_poll_cq(child_cq_, 1, &wc) == 1) return wc;
+      EXPECT_EQ(ibv_req_notify_cq(child_cq_, 0), 0);
+      if (ibv_poll_cq(child_cq_, 1, &wc) == 1) return wc;
+      pollfd p{ch_->fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) == 1) {
+        ibv_cq* c = nullptr;
+        void* cx = nullptr;
+        EXPECT_EQ(ibv_get_cq_event(ch_, &c, &cx), 0);
+        ibv_ack_cq_events(c, 1);
+      }
+    }
+    ADD_FAILURE() << "no completion in 10 s";
+    return wc;
+  }
+  void child_end() {
+    for (ibv_srq* s : srqs_) EXPECT_EQ(ibv_destroy_srq(s), 0);
+    srqs_.clear();
+    for (ibv_cq* c : cqs_) EXPECT_EQ(ibv_destroy_cq(c), 0);
+    cqs_.clear();
+    EXPECT_EQ(ibv_destroy_comp_channel(ch_), 0);
+    for (ibv_xrcd* x : xrcds_) EXPECT_EQ(ibv_close_xrcd(x), 0);
+    xrcds_.clear();
+    Verbs::TearDown();
+    _exit(HasFailure() ? 1 : 0);
+  }
+  static void put_u32(int fd, uint32_t v) { ASSERT_EQ(::write(fd, &v, sizeof v), ssize_t(sizeof v)); }
+  static uint32_t get_u32(int fd) {
+    uint32_t v = 0;
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 20000), 1) << "the other process said nothing in 20 s";
+    EXPECT_EQ(::read(fd, &v, sizeof v), ssize_t(sizeof v));
+    return v;
+  }
+  static bool child_ok(pid_t pid) {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  ibv_wc send_to(uint32_t srqn, ibv_wr_opcode opcode, size_t off, uint32_t len, uint32_t imm = 0) {
+    ibv_sge g = sge(off, len);
+    ibv_send_wr wr{};
+    wr.wr_id = 77;
+    wr.sg_list = &g;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.imm_data = htonl(imm);
+    if (opcode == IBV_WR_RDMA_WRITE) {
+      wr.wr.rdma.remote_addr = uintptr_t(buf_.data());
+      wr.wr.rdma.rkey = mr_->rkey;
+    }
+    return post_one(wr, srqn);
+  }
+
+  ibv_comp_channel* ch_ = nullptr;
+  ibv_cq* child_cq_ = nullptr;
+  ibv_srq* child_srq_ = nullptr;
+};
+
+void fill(std::vector<uint8_t>& b, size_t off, size_t len, uint8_t seed) {
+  for (size_t i = 0; i < len; ++i) b[off + i] = uint8_t(seed + i * 7);
+}
+
+TEST_F(XrcShared, SendsReachAnotherProcesssSrq) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
+#endif
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  const uint32_t parent_recv = recv_->qp_num, parent_send = send_->qp_num;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    become_child(file_);
+    uint32_t n = 0;
+    EXPECT_EQ(ibv_get_srq_num(child_srq_, &n), 0);
+    put_u32(to_parent[1], n);
+    // The parent sends before we post: its message waits (RNR) until we do.
+    EXPECT_EQ(get_u32(to_child[0]), 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(post_srq(child_srq_, 1, 0, 4096), 0);
+    EXPECT_EQ(post_srq(child_srq_, 2, 8192, 4096), 0);
+    EXPECT_EQ(post_srq(child_srq_, 3, 16384, 16), 0);
+    std::vector<uint8_t> want(buf_.size(), 0);
+    fill(want, 0, 3000, 11);
+    fill(want, 8192, 100, 22);
+    ibv_wc wc = child_wait();
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.wr_id, 1u);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+    EXPECT_EQ(wc.byte_len, 3000u);
+    EXPECT_EQ(wc.qp_num, parent_recv) << "the XRC_RECV QP that received it";
+    EXPECT_EQ(wc.src_qp, parent_send);
+    EXPECT_EQ(wc.wc_flags & IBV_WC_WITH_IMM, 0u);
+    wc = child_wait();
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.wr_id, 2u);
+    EXPECT_EQ(wc.byte_len, 100u);
+    EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+    EXPECT_EQ(ntohl(wc.imm_data), 0x12345678u);
+    // Longer than the WQE: the error is ours (the sender was acknowledged).
+    wc = child_wait();
+    EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.wr_id, 3u);
+    EXPECT_TRUE(std::equal(want.begin(), want.begin() + 16384, buf_.begin())) << "bytes outside the messages moved";
+    EXPECT_TRUE(std::all_of(buf_.begin() + 16384 + 16, buf_.end(), [](uint8_t b) { return b == 0; }));
+    put_u32(to_parent[1], 2);
+    EXPECT_EQ(get_u32(to_child[0]), 3u);  // the parent is done with our SRQ
+    child_end();
+  }
+  const uint32_t child_srqn = get_u32(to_parent[0]);
+  ASSERT_NE(child_srqn, 0u);
+  ASSERT_NE(child_srqn, srqn_);
+  fill(buf_, 0, 3000, 11);
+  fill(buf_, 8192, 100, 22);
+  put_u32(to_child[1], 1);
+  ibv_wc wc = send_to(child_srqn, IBV_WR_SEND, 0, 3000);  // 3 packets at MTU 1024
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  wc = send_to(child_srqn, IBV_WR_SEND_WITH_IMM, 8192, 100, 0x12345678);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  wc = send_to(child_srqn, IBV_WR_SEND, 0, 100);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(get_u32(to_parent[0]), 2u);
+  // Our own SRQ still takes messages through the same XRC_RECV QP.
+  ASSERT_EQ(post_srq(srq_, 9, 65536, 64), 0);
+  wc = send_to(srqn_, IBV_WR_SEND, 8192, 50);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  auto rc = poll(rcq_, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].wr_id, 9u);
+  EXPECT_EQ(rc[0].byte_len, 50u);
+  EXPECT_EQ(0, std::memcmp(buf_.data() + 65536, buf_.data() + 8192, 50));
+  // RDMA cannot reach another process's PD through its SRQ.
+  wc = send_to(child_srqn, IBV_WR_RDMA_WRITE, 0, 8);
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << ibv_wc_status_str(wc.status);
+  put_u32(to_child[1], 3);
+  EXPECT_TRUE(child_ok(pid));
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+}
+
+// An SRQ of a process whose domain is another file is not ours to reach.
+TEST_F(XrcShared, AnotherProcesssSrqOfAnotherDomainIsRefused) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
+#endif
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char path[] = "/tmp/uroce-xrc-XXXXXX";
+    const int other = mkstemp(path);
+    ::unlink(path);
+    become_child(other);
+    EXPECT_EQ(post_srq(child_srq_, 1, 0, 4096), 0);
+    uint32_t n = 0;
+    EXPECT_EQ(ibv_get_srq_num(child_srq_, &n), 0);
+    put_u32(to_parent[1], n);
+    EXPECT_EQ(get_u32(to_child[0]), 1u);
+    ibv_wc wc;
+    EXPECT_EQ(ibv_poll_cq(child_cq_, 1, &wc), 0) << "nothing may arrive";
+    EXPECT_TRUE(std::all_of(buf_.begin(), buf_.end(), [](uint8_t b) { return b == 0; }));
+    ::close(other);
+    child_end();
+  }
+  const uint32_t child_srqn = get_u32(to_parent[0]);
+  fill(buf_, 0, 64, 5);
+  const ibv_wc wc = send_to(child_srqn, IBV_WR_SEND, 0, 64);
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << ibv_wc_status_str(wc.status);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  put_u32(to_child[1], 1);
+  EXPECT_TRUE(child_ok(pid));
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+}
+
+}  // namespace
+}  // namespace compat_test
