@@ -6,6 +6,11 @@
 // XRC_RECV QP.  What the child receives is checked byte for byte with the
 // completion's fields; a message before any WQE waits (RNR) rather than
 // failing; what cannot cross (RDMA, another domain) is refused at the sender.
+#include <dirent.h>
+
+#include <algorithm>
+#include <string>
+
 #include "verbs_xrc_fixture.hpp"
 
 namespace compat_test {
@@ -215,6 +220,63 @@ TEST_F(XrcShared, AnotherProcesssSrqOfAnotherDomainIsRefused) {
   put_u32(to_child[1], 1);
   EXPECT_TRUE(child_ok(pid));
   for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+}
+
+// The inbox of a process killed with its SRQ is removed by the next process
+// that makes one, and the killed process's SRQ is refused, not waited for.
+TEST_F(XrcShared, TheInboxOfAKilledProcessGoesAway) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
+#endif
+  char dir[] = "/tmp/uroce-xrc-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ASSERT_EQ(::setenv("UROCE_SHM_DIR", dir, 1), 0);
+  auto inboxes = [&dir] {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(dir)) {
+      while (dirent* e = ::readdir(d))
+        if (std::strstr(e->d_name, "-xsrq-")) names.push_back(e->d_name);
+      ::closedir(d);
+    }
+    return names;
+  };
+  int to_parent[2];
+  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    become_child(file_);
+    uint32_t n = 0;
+    EXPECT_EQ(ibv_get_srq_num(child_srq_, &n), 0);
+    put_u32(to_parent[1], n);
+    std::this_thread::sleep_for(std::chrono::seconds(30));  // killed long before
+    _exit(3);
+  }
+  const uint32_t child_srqn = get_u32(to_parent[0]);
+  const std::string child_inbox = "-xsrq-" + std::to_string(child_srqn) + ".ring";
+  auto names = inboxes();
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_TRUE(names[0].ends_with(child_inbox)) << names[0];
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ibv_srq* mine = xrc_srq(xrcd_, rcq_);
+  ASSERT_NE(mine, nullptr);
+  uint32_t my_srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(mine, &my_srqn), 0);
+  names = inboxes();
+  ASSERT_EQ(names.size(), 1u) << "the killed process's inbox is gone, ours is there";
+  EXPECT_TRUE(names[0].ends_with("-xsrq-" + std::to_string(my_srqn) + ".ring")) << names[0];
+  fill(buf_, 0, 64, 5);
+  const ibv_wc wc = send_to(child_srqn, IBV_WR_SEND, 0, 64);
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(ibv_destroy_srq(mine), 0);
+  srqs_.erase(std::find(srqs_.begin(), srqs_.end(), mine));
+  EXPECT_TRUE(inboxes().empty()) << "an SRQ's inbox goes with it";
+  ::unsetenv("UROCE_SHM_DIR");
+  ::close(to_parent[0]);
+  ::close(to_parent[1]);
+  EXPECT_EQ(::rmdir(dir), 0);
 }
 
 }  // namespace

@@ -31,8 +31,12 @@ void Nic::remove_xrc_srq(uint32_t srqn) noexcept {
   qps_->for_each([gone](QpEngine& qp) {
     if (qp.xrc_target == gone) qp.xrc_target = nullptr;
   });
-  xrc_inboxes_.erase(srqn);  // closed: other processes' QPs find it gone
-  have_inboxes_.store(!xrc_inboxes_.empty(), std::memory_order_release);
+  if (auto box = xrc_inboxes_.find(srqn); box != xrc_inboxes_.end()) {
+    box->second->close();  // other processes' QPs find it gone
+    xrc_inboxes_.erase(box);
+    have_inboxes_.store(!xrc_inboxes_.empty(), std::memory_order_release);
+    kick();  // a progress thread asleep with it lets go of it
+  }
 }
 
 std::atomic<uint64_t>* Nic::share_xrc_srq(uint32_t srqn, RecvSource& srq, XrcFileKey key) noexcept {
@@ -42,6 +46,8 @@ std::atomic<uint64_t>* Nic::share_xrc_srq(uint32_t srqn, RecvSource& srq, XrcFil
               std::string(dir.status().message()).c_str());
     return nullptr;
   }
+  // Inboxes of processes killed before they could remove theirs.
+  (void)net::ShmRing::clean_stale(*dir);
   auto in = XrcInbox::create(*dir, local_.addr, srqn, key, srq);
   if (!in.ok()) {
     UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,

@@ -86,6 +86,9 @@ class XrcInbox {
   XrcInbox& operator=(const XrcInbox&) = delete;
 
   uint32_t srqn() const noexcept { return srqn_; }
+  // The SRQ goes away: producers find the inbox closed and its file is
+  // removed now, whoever still holds the object (a sleeper, until it wakes).
+  void close() noexcept { ring_->close(); }
   // The SRQ's receive credits (Srq::post_recv adds, every consumer takes).
   std::atomic<uint64_t>& credits() noexcept;
 
