@@ -218,7 +218,38 @@ Result<std::unique_ptr<PortGroup>> PortGroup::join_locked(std::shared_ptr<HostRe
 // Only on a free port: sockets of ours already there (a group of another
 // registry, for another UROCE_RUNTIME_DIR, or any other program's) would
 // put ours at other indexes than the positions we number.
+// The founding lock of `at` for every founder of our uid in our network
+// namespace, whatever its registry: an abstract Unix socket bound while
+// founding (the kernel frees it if we die).  Invalid if it stayed taken
+// for kFoundPatience (a founder binds 32 sockets in well under that).
+static UniqueFd take_found_lock(const Endpoint& at, uint64_t netns) {
+  constexpr auto kFoundPatience = std::chrono::seconds(2);
+  sockaddr_un a;
+  std::memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  const int n = std::snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "uroce-found-%u-%llx-%s", unsigned(::geteuid()),
+                              static_cast<unsigned long long>(netns), at.to_string().c_str());
+  const socklen_t len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + size_t(n));
+  const auto deadline = std::chrono::steady_clock::now() + kFoundPatience;
+  while (true) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return fd;
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+    if (errno != EADDRINUSE || std::chrono::steady_clock::now() > deadline) return UniqueFd();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 Status PortGroup::found(const Configure& configure) {
+  // Our table's lock serialises the founders of our registry only, and the
+  // kernel puts every SO_REUSEPORT socket of our uid on the port into one
+  // group: two founders of different registries (another UROCE_REGISTRY or
+  // runtime directory) that both found the port free would share a kernel
+  // group whose socket order neither table knows, and a failed founder's
+  // sockets, leaving it, would reorder the other's.  So the probe and the
+  // binds are one step for every founder of the address.
+  const UniqueFd lock = take_found_lock(at_, netns_);
+  if (!lock.valid()) return err::from_errno(EAGAIN, "port group: another founder of " + at_.to_string() + " holds on");
   {
     UniqueFd probe(::socket(at_.addr.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP));
     sockaddr_storage ss;

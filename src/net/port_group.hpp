@@ -16,7 +16,9 @@
 // Positions are claimed in a table next to the host registry
 // (<registry>.ports, same trust rules), under an exclusive flock of that
 // file, which also serialises founding, joining, leaving and every change
-// of the steering program.  An entry counts while its registry slot is held
+// of the steering program.  Founders of other registries on the address
+// (the kernel would merge their sockets into our group) are kept out by a
+// founding lock of the address common to all registries (found()).  An entry counts while its registry slot is held
 // by the process that claimed it (HostRegistry::holds): the position of a
 // process that died (SIGKILL included) is free for the next one, which
 // empties its socket of what was queued for the dead process first.  A

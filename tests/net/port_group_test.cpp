@@ -310,6 +310,58 @@ TEST_F(PortGroupTest, MembersComingAndGoingAllTheTimeAllGetThePort) {
   EXPECT_EQ(lost.load(), 0) << "datagrams that missed their member";
 }
 
+// Processes of one user with different registries (another UROCE_REGISTRY
+// or runtime directory) have different tables, but the kernel puts every
+// SO_REUSEPORT socket of the user on the port into one group: two that
+// founded at the same moment would share a kernel group whose socket order
+// neither table knows, and steer each other's datagrams astray.  Founding
+// is atomic across registries: of two founders racing, one gets the port
+// and the other is refused (it then takes a port of its own).
+TEST_F(PortGroupTest, FoundersOfTwoRegistriesNeverShareTheKernelsGroup) {
+  at_ = address(8);
+  auto ra = registry();
+  auto rb = HostRegistry::open(dir_ + "/registry2");
+  ASSERT_TRUE(ra && rb.ok());
+  std::vector<std::shared_ptr<HostRegistry>> regs{ra, *rb};
+  constexpr int kRounds = 200;
+  int both = 0, neither = 0, lost = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> ready{0};
+    std::unique_ptr<PortGroup> got[2];
+    std::string why[2];
+    std::thread t[2];
+    for (int i = 0; i < 2; ++i)
+      t[i] = std::thread([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < 2) {
+        }
+        auto g = PortGroup::join(regs[i], at_, nullptr);
+        if (g.ok())
+          got[i] = std::move(*g);
+        else
+          why[i] = g.status().to_string();
+      });
+    for (auto& th : t) th.join();
+    if (got[0] && got[1]) ++both;
+    if (!got[0] && !got[1]) ++neither;
+    for (int i = 0; i < 2; ++i) {
+      if (!got[i]) continue;
+      UniqueFd sender(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+      sockaddr_storage ss;
+      const socklen_t len = at_.to_sockaddr(ss);
+      const auto p = for_slot(regs[i]->slot());
+      (void)::sendto(sender.get(), p.data(), p.size(), 0, reinterpret_cast<sockaddr*>(&ss), len);
+      if (receive(got[i]->fd(), regs[i]->slot(), 1) != 1) {
+        ++lost;
+        ADD_FAILURE() << "round " << round << ": founder " << i << " lost its datagram; the other: " << why[1 - i];
+      }
+    }
+  }
+  EXPECT_EQ(both, 0) << "rounds where both founded (one kernel group, two tables)";
+  EXPECT_EQ(neither, 0) << "rounds where nobody got the port";
+  EXPECT_EQ(lost, 0) << "datagrams that missed the founder";
+}
+
 // A port held outside a group (a plain socket) cannot be shared.
 TEST_F(PortGroupTest, APortHeldOutsideAGroupIsRefused) {
   UniqueFd plain(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
