@@ -108,6 +108,50 @@ TEST(RcLoss, DroppedAckIsRecoveredByTimeout) {
   EXPECT_EQ(ca.req_acks_rcvd, 1u);
 }
 
+// The receiver destroys its QP right after its last receive completes (a
+// program that exits), and its ACK is lost: without an answer the sender
+// would resend to a QP that is gone until its retries ran out.  The QP going
+// away repeats its final ACK twice: the sender completes without a resend.
+TEST(RcLoss, AQpGoingAwayRepeatsItsFinalAck) {
+  PairOptions o;
+  o.timeout = 14;  // 67 ms: a resend would show
+  Fake f(o);
+  Pair& p = *f.p;
+  f.net->set_recording(true);
+  f.drop_nth(f.b_ep, op::kAck, 1);
+  ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(0, 100)}).ok());
+  fill_pattern(p.a.buf.data(), 100, 3);
+  Sge sge = p.a.sge(0, 100);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::send, &sge)).ok());
+  expect_one(*p.b.rcq, 7, WcOpcode::recv, 100);
+  const uint32_t b_qpn = p.b.qp->qpn();
+  p.b.qp.reset();
+  expect_one(*p.a.scq, 1, WcOpcode::send, 100);
+  const Counters ca = p.a.counters(), cb = p.b.counters();
+  EXPECT_EQ(ca.req_retransmits, 0u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  EXPECT_EQ(cb.resp_final_acks_repeated, 2u);
+  // On the wire: B's ACKs for A's one packet, the first dropped, all alike.
+  int acks = 0;
+  for (const WirePkt& w : decode_all(f.net->recorded())) {
+    if (!w.ok || w.src != f.b_ep || w.opcode() != uint8_t(wire::Opcode::rc_ack)) continue;
+    ++acks;
+    EXPECT_EQ(w.psn(), p.opt.psn_a);
+    EXPECT_EQ(w.hdr.bth.dest_qp, p.a.qp->qpn());
+    EXPECT_EQ(wire::aeth_type(w.hdr.aeth.syndrome), wire::AckType::ack);
+    EXPECT_EQ(w.hdr.aeth.msn, 1u);
+  }
+  EXPECT_EQ(acks, 3) << "the ACK and two repeats (QP " << b_qpn << ")";
+}
+
+// A QP that received nothing has no final ACK to repeat.
+TEST(RcLoss, AQpThatAckedNothingRepeatsNothing) {
+  Fake f;
+  Pair& p = *f.p;
+  p.b.qp.reset();
+  EXPECT_EQ(p.b.counters().resp_final_acks_repeated, 0u);
+}
+
 // READ of 11 response packets; the 5th is lost: the requester asks again for
 // exactly the tail (PSN, VA and length of the missing part).
 TEST(RcLoss, DroppedReadResponseRerequestsTheTail) {

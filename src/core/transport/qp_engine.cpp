@@ -8,6 +8,7 @@
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
 #include "transport/requester.hpp"
+#include "transport/responder.hpp"
 
 namespace uroce::transport {
 
@@ -161,11 +162,17 @@ verbs::QpAttr QpEngine::query() const noexcept {
 
 void QpEngine::send_owed_ack() noexcept {
   using verbs::QpState;
-  if (!reliable() || resp.ack == AckOwed::none || resp.res_pending) return;
+  if (!reliable() || resp.res_pending) return;
   if (attr.qp_state != QpState::rtr && attr.qp_state != QpState::rts && attr.qp_state != QpState::sqd) return;
-  if (nic_->tx().full()) nic_->flush_tx();
-  responder_flush_ack(*nic_, *this);
-  nic_->flush_tx();
+  if (resp.ack != AckOwed::none) {
+    if (nic_->tx().full()) nic_->flush_tx();
+    responder_flush_ack(*nic_, *this);
+    nic_->flush_tx();
+  }
+  // Nobody answers the peer after this: if that final ACK is lost, its last
+  // message would be resent to a QP that is gone until its retries run out.
+  // Two more copies make that about as rare as three losses in a row.
+  responder_repeat_final_ack(*nic_, *this, kFinalAckRepeats);
 }
 
 void QpEngine::reset() noexcept {

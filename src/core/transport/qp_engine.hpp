@@ -101,10 +101,12 @@ class QpEngine {
   // The QP is being destroyed: the ACK it owes goes out, it leaves the NIC.
   void close() noexcept;
 
-  // Sends the coalesced ACK the responder still owes, if any: the peer
-  // whose last message this QP received must get its ACK even when the
-  // application destroys the QP (or moves it to RESET or ERR) right after
-  // seeing the receive completion, before the ACK's usual occasion.
+  // Sends the coalesced ACK the responder still owes, if any, then
+  // kFinalAckRepeats more copies of the final ACK: the peer whose last
+  // message this QP received must get its ACK even when the application
+  // destroys the QP (or moves it to RESET or ERR) right after seeing the
+  // receive completion, and even if one ACK is lost on the way.
+  static constexpr int kFinalAckRepeats = 2;
   void send_owed_ack() noexcept;
   // Moves to ERR from inside the transport (errors) and flushes.
   void set_error_state() noexcept;

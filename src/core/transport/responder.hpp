@@ -14,6 +14,11 @@ void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noe
 // A request that cannot be carried out (RC: IBA class C, the QP enters ERR
 // after the NAK; see responder.cpp).
 void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noexcept;
+// Sends `copies` more of the last ACK when it covers everything received
+// (none while a NAK, an ACK or a READ response is still owed): a QP going
+// away repeats its final ACK, so that the peer's last message is not left
+// to be resent to nobody when that ACK is lost (issue 14 item 5).
+void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept;
 // The remote access check (rkey, PD, QP and MR access rights, bounds):
 // the address of `len` bytes at `va`, or nullptr, counted by cause.
 uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint64_t va, uint32_t len,

@@ -107,6 +107,26 @@ bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   return s.res_pending > 0 || s.ack != AckOwed::none;
 }
 
+void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept {
+  const ResponderState& s = qp.resp;
+  // Only the ACK of everything received, once nothing else is owed: the
+  // answer a duplicate of the last request would get.
+  if (!qp.reliable() || s.epsn == qp.attr.rq_psn || s.res_pending || s.ack != AckOwed::none) return;
+  if (wire::aeth_type(s.ack_syndrome) != wire::AckType::ack || psn_add(s.ack_psn, 1) != s.epsn) return;
+  wire::Headers h;
+  h.bth.opcode = response_opcode(qp, wire::Opcode::rc_ack);
+  h.bth.dest_qp = qp.attr.dest_qp_num;
+  h.bth.psn = s.ack_psn;
+  h.aeth.syndrome = s.ack_syndrome;
+  h.aeth.msn = s.msn;
+  for (int i = 0; i < copies; ++i) {
+    if (nic.tx().full()) nic.flush_tx();
+    (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
+    ++nic.counters().resp_final_acks_repeated;
+  }
+  nic.flush_tx();
+}
+
 void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept {
   size_t budget = 1;
   if (qp.resp.ack != AckOwed::none && qp.resp.res_pending == 0) responder_produce(nic, qp, budget);
