@@ -99,9 +99,21 @@ class XrcShared : public Xrc {
     return post_one(wr, srqn);
   }
 
+  // The parent's and the child's ends of two pipes (closed by the fixture).
+  void open_pipes() {
+    ASSERT_EQ(::pipe2(to_parent_, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe2(to_child_, O_CLOEXEC), 0);
+  }
+  void TearDown() override {
+    for (int fd : {to_parent_[0], to_parent_[1], to_child_[0], to_child_[1]})
+      if (fd >= 0) ::close(fd);
+    Xrc::TearDown();
+  }
+
   ibv_comp_channel* ch_ = nullptr;
   ibv_cq* child_cq_ = nullptr;
   ibv_srq* child_srq_ = nullptr;
+  int to_parent_[2] = {-1, -1}, to_child_[2] = {-1, -1};
 };
 
 void fill(std::vector<uint8_t>& b, size_t off, size_t len, uint8_t seed) {
@@ -112,9 +124,7 @@ TEST_F(XrcShared, SendsReachAnotherProcesssSrq) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
 #endif
-  int to_parent[2], to_child[2];
-  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  open_pipes();
   const uint32_t parent_recv = recv_->qp_num, parent_send = send_->qp_num;
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -122,9 +132,9 @@ TEST_F(XrcShared, SendsReachAnotherProcesssSrq) {
     become_child(file_);
     uint32_t n = 0;
     EXPECT_EQ(ibv_get_srq_num(child_srq_, &n), 0);
-    put_u32(to_parent[1], n);
+    put_u32(to_parent_[1], n);
     // The parent sends before we post: its message waits (RNR) until we do.
-    EXPECT_EQ(get_u32(to_child[0]), 1u);
+    EXPECT_EQ(get_u32(to_child_[0]), 1u);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(post_srq(child_srq_, 1, 0, 4096), 0);
     EXPECT_EQ(post_srq(child_srq_, 2, 8192, 4096), 0);
@@ -152,23 +162,23 @@ TEST_F(XrcShared, SendsReachAnotherProcesssSrq) {
     EXPECT_EQ(wc.wr_id, 3u);
     EXPECT_TRUE(std::equal(want.begin(), want.begin() + 16384, buf_.begin())) << "bytes outside the messages moved";
     EXPECT_TRUE(std::all_of(buf_.begin() + 16384 + 16, buf_.end(), [](uint8_t b) { return b == 0; }));
-    put_u32(to_parent[1], 2);
-    EXPECT_EQ(get_u32(to_child[0]), 3u);  // the parent is done with our SRQ
+    put_u32(to_parent_[1], 2);
+    EXPECT_EQ(get_u32(to_child_[0]), 3u);  // the parent is done with our SRQ
     child_end();
   }
-  const uint32_t child_srqn = get_u32(to_parent[0]);
+  const uint32_t child_srqn = get_u32(to_parent_[0]);
   ASSERT_NE(child_srqn, 0u);
   ASSERT_NE(child_srqn, srqn_);
   fill(buf_, 0, 3000, 11);
   fill(buf_, 8192, 100, 22);
-  put_u32(to_child[1], 1);
+  put_u32(to_child_[1], 1);
   ibv_wc wc = send_to(child_srqn, IBV_WR_SEND, 0, 3000);  // 3 packets at MTU 1024
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
   wc = send_to(child_srqn, IBV_WR_SEND_WITH_IMM, 8192, 100, 0x12345678);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
   wc = send_to(child_srqn, IBV_WR_SEND, 0, 100);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
-  EXPECT_EQ(get_u32(to_parent[0]), 2u);
+  EXPECT_EQ(get_u32(to_parent_[0]), 2u);
   // Our own SRQ still takes messages through the same XRC_RECV QP.
   ASSERT_EQ(post_srq(srq_, 9, 65536, 64), 0);
   wc = send_to(srqn_, IBV_WR_SEND, 8192, 50);
@@ -181,9 +191,8 @@ TEST_F(XrcShared, SendsReachAnotherProcesssSrq) {
   // RDMA cannot reach another process's PD through its SRQ.
   wc = send_to(child_srqn, IBV_WR_RDMA_WRITE, 0, 8);
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << ibv_wc_status_str(wc.status);
-  put_u32(to_child[1], 3);
+  put_u32(to_child_[1], 3);
   EXPECT_TRUE(child_ok(pid));
-  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
 
 // An SRQ of a process whose domain is another file is not ours to reach.
@@ -191,9 +200,7 @@ TEST_F(XrcShared, AnotherProcesssSrqOfAnotherDomainIsRefused) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
 #endif
-  int to_parent[2], to_child[2];
-  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  open_pipes();
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -204,22 +211,21 @@ TEST_F(XrcShared, AnotherProcesssSrqOfAnotherDomainIsRefused) {
     EXPECT_EQ(post_srq(child_srq_, 1, 0, 4096), 0);
     uint32_t n = 0;
     EXPECT_EQ(ibv_get_srq_num(child_srq_, &n), 0);
-    put_u32(to_parent[1], n);
-    EXPECT_EQ(get_u32(to_child[0]), 1u);
+    put_u32(to_parent_[1], n);
+    EXPECT_EQ(get_u32(to_child_[0]), 1u);
     ibv_wc wc;
     EXPECT_EQ(ibv_poll_cq(child_cq_, 1, &wc), 0) << "nothing may arrive";
     EXPECT_TRUE(std::all_of(buf_.begin(), buf_.end(), [](uint8_t b) { return b == 0; }));
     ::close(other);
     child_end();
   }
-  const uint32_t child_srqn = get_u32(to_parent[0]);
+  const uint32_t child_srqn = get_u32(to_parent_[0]);
   fill(buf_, 0, 64, 5);
   const ibv_wc wc = send_to(child_srqn, IBV_WR_SEND, 0, 64);
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << ibv_wc_status_str(wc.status);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  put_u32(to_child[1], 1);
+  put_u32(to_child_[1], 1);
   EXPECT_TRUE(child_ok(pid));
-  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
 
 // The inbox of a process killed with its SRQ is removed by the next process
@@ -240,19 +246,18 @@ TEST_F(XrcShared, TheInboxOfAKilledProcessGoesAway) {
     }
     return names;
   };
-  int to_parent[2];
-  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
+  open_pipes();
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     become_child(file_);
     uint32_t n = 0;
     EXPECT_EQ(ibv_get_srq_num(child_srq_, &n), 0);
-    put_u32(to_parent[1], n);
+    put_u32(to_parent_[1], n);
     std::this_thread::sleep_for(std::chrono::seconds(30));  // killed long before
     _exit(3);
   }
-  const uint32_t child_srqn = get_u32(to_parent[0]);
+  const uint32_t child_srqn = get_u32(to_parent_[0]);
   const std::string child_inbox = "-xsrq-" + std::to_string(child_srqn) + ".ring";
   auto names = inboxes();
   ASSERT_EQ(names.size(), 1u);
@@ -274,8 +279,6 @@ TEST_F(XrcShared, TheInboxOfAKilledProcessGoesAway) {
   srqs_.erase(std::find(srqs_.begin(), srqs_.end(), mine));
   EXPECT_TRUE(inboxes().empty()) << "an SRQ's inbox goes with it";
   ::unsetenv("UROCE_SHM_DIR");
-  ::close(to_parent[0]);
-  ::close(to_parent[1]);
   EXPECT_EQ(::rmdir(dir), 0);
 }
 

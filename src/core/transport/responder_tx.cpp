@@ -18,14 +18,21 @@ uint8_t response_opcode(const QpEngine& qp, wire::Opcode rc) noexcept {
   return uint8_t(uint8_t(rc) | (qp.xrc_recv() ? wire::kXrcOpcodes : 0));
 }
 
-void emit_ack(Nic& nic, QpEngine& qp) noexcept {
-  ResponderState& s = qp.resp;
+// The ACK/NAK the responder's state says (ack_psn, ack_syndrome, MSN).
+wire::Headers ack_headers(const QpEngine& qp) noexcept {
+  const ResponderState& s = qp.resp;
   wire::Headers h;
   h.bth.opcode = response_opcode(qp, wire::Opcode::rc_ack);
   h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = s.ack_psn;
   h.aeth.syndrome = s.ack_syndrome;
   h.aeth.msn = s.msn;
+  return h;
+}
+
+void emit_ack(Nic& nic, QpEngine& qp) noexcept {
+  ResponderState& s = qp.resp;
+  wire::Headers h = ack_headers(qp);
   (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
   if (s.ack == AckOwed::ack) ++nic.counters().resp_acks_sent;
   transition(qp.qpn(), s.ack, AckOwed::none);
@@ -113,12 +120,7 @@ void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept {
   // answer a duplicate of the last request would get.
   if (!qp.reliable() || s.epsn == qp.attr.rq_psn || s.res_pending || s.ack != AckOwed::none) return;
   if (wire::aeth_type(s.ack_syndrome) != wire::AckType::ack || psn_add(s.ack_psn, 1) != s.epsn) return;
-  wire::Headers h;
-  h.bth.opcode = response_opcode(qp, wire::Opcode::rc_ack);
-  h.bth.dest_qp = qp.attr.dest_qp_num;
-  h.bth.psn = s.ack_psn;
-  h.aeth.syndrome = s.ack_syndrome;
-  h.aeth.msn = s.msn;
+  wire::Headers h = ack_headers(qp);
   for (int i = 0; i < copies; ++i) {
     if (nic.tx().full()) nic.flush_tx();
     (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
