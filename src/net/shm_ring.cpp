@@ -108,10 +108,16 @@ Result<std::unique_ptr<ShmRing>> ShmRing::create(const std::string& path, const 
   h->owner_pid = int32_t(::getpid());
   const auto me = proc_stat(0);
   h->owner_start = me ? me->start : 0;
+  for (size_t i = 0; i < opt.user.size(); ++i) h->user[i].store(opt.user[i], kRlx);
   h->magic.store(kMagic, kRel);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return fail("fstat", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
+  if (opt.exclusive) {
+    if (::link(tmp.c_str(), path.c_str()) != 0) return fail("link", errno);
+    ::unlink(tmp.c_str());
+  } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return fail("rename", errno);
+  }
   r->ino_ = st.st_ino;
   r->dev_ = st.st_dev;
   r->owner_ = true;

@@ -37,6 +37,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -130,6 +131,12 @@ class ShmRing {
     size_t payload_max = shm::kDefaultPayload;
     std::chrono::milliseconds stall_dead{10};   // skip a dead producer's slot after this
     std::chrono::milliseconds stall_max{1000};  // skip any unpublished slot after this
+    // The header's user words as the ring appears (producers never see them
+    // unset).
+    std::array<uint64_t, 8> user{};
+    // Never replace a file of that name: EEXIST if there is one (the caller
+    // removed the dead owners' files first).
+    bool exclusive = false;
   };
   // The consumer: creates the ring at `path` (replacing a file of that name,
   // which can only be a dead NIC's: the caller holds the UDP port).

@@ -104,6 +104,21 @@ TEST(HostileXrc, AMessageThatChangesItsSrqMidwayIsRefused) {
   EXPECT_EQ(v.tgt->query().qp_state, QpState::err);
 }
 
+// A FIRST naming another SRQ in the middle of a message (an opcode sequence
+// error too): the held WQE still completes on its own SRQ's CQ.
+TEST(HostileXrc, ANewMessageOfAnotherSrqMidwayIsRefused) {
+  XrcVictim v;
+  v.send1(v.xrc_send(Opcode::xrc_send_first, v.srq_a->srq_num(), 1024));
+  v.send1(v.xrc_send(Opcode::xrc_send_first, v.srq_b->srq_num(), 1024));
+  EXPECT_EQ(v.naks(), (std::vector<std::pair<uint8_t, uint32_t>>{{uint8_t(NakCode::invalid_request), kRqPsn + 1}}));
+  const auto a = v.poll(*v.cq_a);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].wr_id, 100u);
+  EXPECT_EQ(a[0].status, WcStatus::rem_inv_req_err);
+  EXPECT_TRUE(v.poll(*v.cq_b).empty());
+  EXPECT_EQ(std::memcmp(v.recv.mem->data() + 4096, v.recv.snapshot.data() + 4096, 4096), 0);
+}
+
 TEST(HostileXrc, AnSrqOfAnotherSlotWithoutAnInboxIsRefused) {
   XrcVictim v;
   // Slot 1000 is nobody's in this test's registry: no inbox to hand to.

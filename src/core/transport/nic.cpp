@@ -193,7 +193,7 @@ Nic::~Nic() {
   stats_.reset();  // unlinks the stats file
   if (epfd_ >= 0) ::close(epfd_);
   if (kick_fd_ >= 0) ::close(kick_fd_);
-  if (xrc_bell_fd_ >= 0) ::close(xrc_bell_fd_);
+  if (xrc_bell_fd_ >= 0) ::close(xrc_bell_fd_.load());
   if (registry_) (void)registry_->unpublish(local_.addr, local_.port);
   std::lock_guard g(g_nics_mu);
   auto it = nics().find({cfg_.addr, cfg_.port});

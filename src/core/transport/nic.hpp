@@ -259,7 +259,10 @@ class Nic {
   std::map<uint32_t, std::shared_ptr<XrcInbox>> xrc_inboxes_;
   std::atomic<bool> have_inboxes_{false};
   std::map<uint32_t, std::unique_ptr<XrcRemote>> xrc_remotes_;
-  int xrc_bell_fd_ = -1;  // wakes the progress thread for the inboxes (owned: closed by ~Nic)
+  std::atomic<int> xrc_bell_fd_{-1};  // wakes the progress thread for the inboxes (closed by ~Nic)
+  // The device as XRC inboxes and bells name it: our address and the
+  // configured port (one NIC of a process per pair).
+  Endpoint share_dev() const { return {local_.addr, cfg_.port}; }
   size_t drain_xrc_inboxes() noexcept;
   // Around the progress thread's sleep: announces it to every inbox (true
   // if one has pieces waiting: do not sleep) and returns them for

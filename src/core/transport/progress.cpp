@@ -208,7 +208,7 @@ void Nic::progress_thread_main() noexcept {
         ssize_t r = ::read(kick_fd_, &v, sizeof v);
         (void)r;
       } else if (evs[i].data.u32 == 2) {
-        xrc_share::quiet_bell(xrc_bell_fd_);
+        xrc_share::quiet_bell(xrc_bell_fd_.load(std::memory_order_acquire));
       } else {
         armed = false;  // one-shot: disarmed until we take the socket again
         rx_event = true;

@@ -250,10 +250,20 @@ void on_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
             ((flags & op::kImm) ? xrc_share::kImm : 0) | (pkt.hdr.bth.solicited ? xrc_share::kSolicited : 0);
   p.imm = (flags & op::kImm) ? pkt.hdr.imm : 0;
   p.len = uint32_t(pkt.payload.size());
-  if (!r.put(p, pkt.payload)) {
-    ++nic.counters().xrc_handoff_full;
-    if (first) r.give_back();
-    return;
+  switch (r.put(p, pkt.payload)) {
+    case net::ShmRing::Put::ok: break;
+    case net::ShmRing::Put::too_big:  // cannot happen with our MTUs; never retried
+      if (first) r.give_back();
+      ++nic.counters().resp_len_errors;
+      fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
+      return;
+    default:  // full, or lost to a stall: as if the packet were lost
+      ++nic.counters().xrc_handoff_full;
+      if (first) {  // ask again later, as for a receive queue not ready (spends no retry)
+        r.give_back();
+        queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
+      }
+      return;
   }
   if (first) transition(qp.qpn(), s.msg, RespMsg::send);
   s.recv_off += p.len;
@@ -263,7 +273,9 @@ void on_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     s.msn = psn_add(s.msn, 1);
   }
   s.epsn = psn_add(psn, 1);
-  if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, last);
+  // Not lazy: the receive completes in the other process, no answer of ours
+  // will carry this ACK.
+  if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, false);
 }
 
 void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
@@ -551,11 +563,15 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
   if (qp.xrc_recv()) {  // the SRQ (hence CQ and PD) this request is for
     ++nic.counters().xrc_rx_requests;
     const uint32_t srqn = pkt.hdr.xrc_srqn;
-    // The next packet of a message in progress names the SRQ the message
-    // began with (checked before the target moves: the WQE held is that
-    // SRQ's, and so is the CQ where it completes in error).
+    // While a message is in progress its SRQ stays the target: the WQE held
+    // is that SRQ's, and so is the CQ where it completes.  The next packet
+    // must name it (a continuation, or a new message that the opcode check
+    // below refuses); an older or later packet naming another SRQ (a
+    // duplicate, to be acknowledged; one past a gap, to be NAKed) is handled
+    // without moving the target.
     const bool next = psn == s.epsn;
-    if (next && !starts_message(flags) && s.msg != RespMsg::idle && srqn != qp.xrc_msg_srqn) {
+    const bool other = s.msg != RespMsg::idle && srqn != qp.xrc_msg_srqn;
+    if (other && next) {
       ++nic.counters().resp_xrc_srq_errors;
       fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
       return;
@@ -570,8 +586,10 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
       fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
       return;
     }
-    qp.xrc_target = target;
-    qp.xrc_remote = remote;
+    if (!other) {
+      qp.xrc_target = target;
+      qp.xrc_remote = remote;
+    }
     if (next && starts_message(flags)) qp.xrc_msg_srqn = srqn;
   }
   if (qp.reliable()) {

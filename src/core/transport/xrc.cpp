@@ -2,6 +2,9 @@
 // WQE of each request from the SRQ its XRCETH names.
 #include <sys/epoll.h>
 
+#include <exception>
+#include <string_view>
+
 #include "common/log.hpp"
 #include "net/shm_ring.hpp"
 #include "transport/nic.hpp"
@@ -40,46 +43,43 @@ void Nic::remove_xrc_srq(uint32_t srqn) noexcept {
 }
 
 std::atomic<uint64_t>* Nic::share_xrc_srq(uint32_t srqn, RecvSource& srq, XrcFileKey key) noexcept {
-  auto dir = net::shm_dir();
-  if (!dir.ok()) {
-    UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,
-              std::string(dir.status().message()).c_str());
+  auto local_only = [&](std::string_view why) -> std::atomic<uint64_t>* {
+    UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn, std::string(why).c_str());
     return nullptr;
-  }
-  // Inboxes of processes killed before they could remove theirs.
-  (void)net::ShmRing::clean_stale(*dir);
-  auto in = XrcInbox::create(*dir, local_.addr, srqn, key, srq);
-  if (!in.ok()) {
-    UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,
-              std::string(in.status().message()).c_str());
-    return nullptr;
-  }
-  start_progress_thread();  // it drains the inbox when the application does not
-  std::lock_guard g(mu_);
-  if (xrc_bell_fd_ < 0) {
-    auto bell = xrc_share::open_bell(local_.addr, qps_->slot());
-    if (!bell.ok()) {
-      UROCE_LOG(info, "%s: XRC SRQ %u stays within this process: %s", cfg_.name.c_str(), srqn,
-                std::string(bell.status().message()).c_str());
-      return nullptr;
+  };
+  try {
+    auto dir = net::shm_dir();
+    if (!dir.ok()) return local_only(dir.status().message());
+    // Inboxes of processes killed before they could remove theirs.
+    (void)net::ShmRing::clean_stale(*dir);
+    auto in = XrcInbox::create(*dir, share_dev(), srqn, key, srq);
+    if (!in.ok()) return local_only(in.status().message());
+    start_progress_thread();  // it drains the inbox when the application does not
+    std::lock_guard g(mu_);
+    if (xrc_bell_fd_.load(std::memory_order_relaxed) < 0) {
+      auto bell = xrc_share::open_bell(share_dev(), qps_->slot());
+      if (!bell.ok()) return local_only(bell.status().message());
+      const int fd = bell->release();
+      xrc_bell_fd_.store(fd, std::memory_order_release);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = 2;
+      ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
     }
-    xrc_bell_fd_ = bell->release();
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u32 = 2;
-    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, xrc_bell_fd_, &ev);
+    std::shared_ptr<XrcInbox> box = std::move(*in);
+    std::atomic<uint64_t>* credits = &box->credits();
+    xrc_inboxes_[srqn] = std::move(box);
+    have_inboxes_.store(true, std::memory_order_release);
+    return credits;
+  } catch (const std::exception& e) {  // no thread, no memory
+    return local_only(e.what());
   }
-  std::shared_ptr<XrcInbox> box = std::move(*in);
-  std::atomic<uint64_t>* credits = &box->credits();
-  xrc_inboxes_[srqn] = std::move(box);
-  have_inboxes_.store(true, std::memory_order_release);
-  return credits;
 }
 
 XrcRemote* Nic::find_remote_xrc_srq(uint32_t srqn, XrcFileKey key) noexcept {
   if (!key.shared() || !qps_ || srqn >> QpTable::kIndexBits == qps_->slot()) return nullptr;
   auto it = xrc_remotes_.find(srqn);
-  if (it != xrc_remotes_.end() && it->second->alive()) return it->second->domain() == key ? it->second.get() : nullptr;
+  if (it != xrc_remotes_.end() && it->second->usable()) return it->second->domain() == key ? it->second.get() : nullptr;
   if (it != xrc_remotes_.end()) {  // its process destroyed it or died: QPs let go of it
     XrcRemote* gone = it->second.get();
     qps_->for_each([gone](QpEngine& qp) {
@@ -87,13 +87,17 @@ XrcRemote* Nic::find_remote_xrc_srq(uint32_t srqn, XrcFileKey key) noexcept {
     });
     xrc_remotes_.erase(it);
   }
-  auto dir = net::shm_dir();
-  if (!dir.ok()) return nullptr;
-  auto r = XrcRemote::attach(*dir, local_.addr, srqn);
-  if (!r.ok() || !(*r)->alive()) return nullptr;
-  XrcRemote* p = r->get();
-  xrc_remotes_[srqn] = std::move(*r);
-  return p->domain() == key ? p : nullptr;
+  try {
+    auto dir = net::shm_dir();
+    if (!dir.ok()) return nullptr;
+    auto r = XrcRemote::attach(*dir, share_dev(), srqn);
+    if (!r.ok() || !(*r)->usable()) return nullptr;
+    XrcRemote* p = r->get();
+    xrc_remotes_[srqn] = std::move(*r);
+    return p->domain() == key ? p : nullptr;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
 }
 
 size_t Nic::drain_xrc_inboxes() noexcept {

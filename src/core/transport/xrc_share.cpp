@@ -28,31 +28,31 @@ constexpr auto kRlx = std::memory_order_relaxed;
 constexpr uint32_t kInboxSlots = 64;
 
 // The bell's name in the abstract namespace (of our network namespace).
-socklen_t bell_name(sockaddr_un& a, const IpAddr& addr, uint32_t slot) {
+socklen_t bell_name(sockaddr_un& a, const Endpoint& dev, uint32_t slot) {
   std::memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;
   const int n = std::snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "uroce-xrc-%u-%s-%u", unsigned(::geteuid()),
-                              addr.to_string().c_str(), slot);
+                              dev.to_string().c_str(), slot);
   return socklen_t(offsetof(sockaddr_un, sun_path) + 1 + size_t(n));
 }
 
 }  // namespace
 
-Result<net::UniqueFd> xrc_share::open_bell(const IpAddr& addr, uint32_t slot) {
+Result<net::UniqueFd> xrc_share::open_bell(const Endpoint& dev, uint32_t slot) {
   net::UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return err::from_errno(errno, std::string("XRC bell: socket: ") + std::strerror(errno));
   sockaddr_un a;
-  const socklen_t len = bell_name(a, addr, slot);
+  const socklen_t len = bell_name(a, dev, slot);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0)
     return err::from_errno(errno, std::string("XRC bell: bind: ") + std::strerror(errno));
   return fd;
 }
 
-void xrc_share::ring_bell(int fd, const IpAddr& addr, uint32_t slot) noexcept {
+bool xrc_share::ring_bell(int fd, const Endpoint& dev, uint32_t slot) noexcept {
   sockaddr_un a;
-  const socklen_t len = bell_name(a, addr, slot);
+  const socklen_t len = bell_name(a, dev, slot);
   const uint8_t one = 1;
-  (void)::sendto(fd, &one, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&a), len);
+  return ::sendto(fd, &one, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&a), len) == 1 || errno == EAGAIN;
 }
 
 void xrc_share::quiet_bell(int fd) noexcept {
@@ -61,31 +61,28 @@ void xrc_share::quiet_bell(int fd) noexcept {
   }
 }
 
-std::string xrc_share::inbox_path(const std::string& dir, const IpAddr& addr, uint32_t srqn) {
+std::string xrc_share::inbox_path(const std::string& dir, const Endpoint& dev, uint32_t srqn) {
   static const uint64_t netns = net::ns_inode("net");
-  return dir + "/uroce-" + std::to_string(::geteuid()) + "-" + std::to_string(netns) + "-" + addr.to_string() +
-         "-xsrq-" + std::to_string(srqn) + ".ring";
+  return dir + "/uroce-" + std::to_string(::geteuid()) + "-" + std::to_string(netns) + "-" + dev.addr.to_string() +
+         "-" + std::to_string(dev.port) + "-xsrq-" + std::to_string(srqn) + ".ring";
 }
 
 // ------------------------------------------------------------------- inbox
 
-Result<std::unique_ptr<XrcInbox>> XrcInbox::create(const std::string& dir, const IpAddr& addr, uint32_t srqn,
+Result<std::unique_ptr<XrcInbox>> XrcInbox::create(const std::string& dir, const Endpoint& dev, uint32_t srqn,
                                                    XrcFileKey key, RecvSource& srq) {
   net::ShmRing::CreateOptions opt;
   opt.slots = kInboxSlots;
   opt.payload_max = sizeof(xrc_share::Piece) + net::shm::kDefaultPayload;
-  auto ring = net::ShmRing::create(xrc_share::inbox_path(dir, addr, srqn), opt);
+  opt.user[kDomainDev] = key.dev;  // in place before any producer can look
+  opt.user[kDomainIno] = key.ino;
+  opt.exclusive = true;  // a live inbox of that name (another registry's slot) stays
+  auto ring = net::ShmRing::create(xrc_share::inbox_path(dir, dev, srqn), opt);
   if (!ring.ok()) return ring.status();
   std::unique_ptr<XrcInbox> in(new XrcInbox());
   in->ring_ = std::move(*ring);
   in->srq_ = &srq;
   in->srqn_ = srqn;
-  // The ring is in place already, but nobody knows the SRQ's number before
-  // we return; a producer that looked that early would find no domain and
-  // refuse.  The inode last, with release: whoever sees it sees the rest.
-  auto& u = in->ring_->header().user;
-  u[kDomainDev].store(key.dev, kRlx);
-  u[kDomainIno].store(key.ino, std::memory_order_release);
   in->rx_.resize(16);
   return in;
 }
@@ -165,8 +162,8 @@ void XrcInbox::handle(Nic& nic, const xrc_share::Piece& p, std::span<const uint8
 
 // ------------------------------------------------------------------ remote
 
-Result<std::unique_ptr<XrcRemote>> XrcRemote::attach(const std::string& dir, const IpAddr& addr, uint32_t srqn) {
-  auto ring = net::ShmRing::attach(xrc_share::inbox_path(dir, addr, srqn));
+Result<std::unique_ptr<XrcRemote>> XrcRemote::attach(const std::string& dir, const Endpoint& dev, uint32_t srqn) {
+  auto ring = net::ShmRing::attach(xrc_share::inbox_path(dir, dev, srqn));
   if (!ring.ok()) return ring.status();
   std::unique_ptr<XrcRemote> r(new XrcRemote());
   r->ring_ = std::move(*ring);
@@ -174,12 +171,24 @@ Result<std::unique_ptr<XrcRemote>> XrcRemote::attach(const std::string& dir, con
   auto& u = r->ring_->header().user;
   r->key_.ino = u[kDomainIno].load(std::memory_order_acquire);
   r->key_.dev = u[kDomainDev].load(kRlx);
-  r->addr_ = addr;
+  r->dev_ = dev;
+  r->checked_ = std::chrono::steady_clock::now();
   return r;
 }
 
+bool XrcRemote::usable() noexcept {
+  if (ring_->closed()) return false;
+  // Whether its owner lives costs a read of /proc: not for every packet.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - checked_ >= kLivenessPeriod) {
+    checked_ = now;
+    alive_ = ring_->owner_alive();
+  }
+  return alive_;
+}
+
 XrcRemote::Take XrcRemote::take_credit() noexcept {
-  if (!ring_->owner_alive()) return Take::gone;
+  if (!usable()) return Take::gone;
   std::atomic<uint64_t>& c = ring_->header().user[kCredits];
   uint64_t cur = c.load(std::memory_order_acquire);
   while (cur > 0)
@@ -189,17 +198,18 @@ XrcRemote::Take XrcRemote::take_credit() noexcept {
 
 void XrcRemote::give_back() noexcept { ring_->header().user[kCredits].fetch_add(1, std::memory_order_acq_rel); }
 
-bool XrcRemote::put(const xrc_share::Piece& p, std::span<const uint8_t> data) noexcept {
-  if (ring_->closed()) return false;
+net::ShmRing::Put XrcRemote::put(const xrc_share::Piece& p, std::span<const uint8_t> data) noexcept {
+  if (ring_->closed()) return net::ShmRing::Put::full;
   net::ShmMeta meta;
   const auto head = std::span(reinterpret_cast<const uint8_t*>(&p), sizeof p);
-  if (ring_->put(meta, head, data, {}) != net::ShmRing::Put::ok) return false;
-  if (ring_->need_doorbell()) {
+  const net::ShmRing::Put r = ring_->put(meta, head, data, {});
+  if (r == net::ShmRing::Put::ok && ring_->need_doorbell()) {
     if (!bell_fd_.valid()) bell_fd_ = net::UniqueFd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (bell_fd_.valid())
-      xrc_share::ring_bell(bell_fd_.get(), addr_, srqn_ >> QpTable::kIndexBits /* numbered as QPs */);
+    // Unrung, the latch must not stay set: the next producer rings instead.
+    if (!bell_fd_.valid() || !xrc_share::ring_bell(bell_fd_.get(), dev_, srqn_ >> QpTable::kIndexBits))
+      ring_->header().bell.store(0, std::memory_order_release);
   }
-  return true;
+  return r;
 }
 
 }  // namespace uroce::transport

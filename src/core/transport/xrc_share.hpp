@@ -7,14 +7,14 @@
 //
 //  - A's XRC SRQ in a file-backed domain has an inbox (XrcInbox): a
 //    shared-memory ring (net/shm_ring.hpp) named after the user, the network
-//    namespace, the device's address and the SRQ number, whose header holds
-//    the SRQ's receive credits (WQEs posted and not yet taken), the domain's
-//    file (device and inode) and A's UDP port.
+//    namespace, the device (address and configured port) and the SRQ
+//    number, whose header holds the SRQ's receive credits (WQEs posted and
+//    not yet taken) and the domain's file (device and inode).
 //  - B's responder, for a request naming an SRQ of another process
 //    (XrcRemote), takes a credit at the message's first packet (none: RNR
 //    NAK, as for an empty SRQ) and puts each packet's payload in the inbox;
-//    an inbox that is full drops the packet unacknowledged (the requester
-//    sends it again).  Every consumer of the SRQ, A's own XRC_RECV QPs
+//    an inbox that is full answers a first packet with an RNR NAK and drops
+//    a later one unacknowledged (the requester sends it again).  Every consumer of the SRQ, A's own XRC_RECV QPs
 //    included, takes credits the same way, so a credit B holds always has a
 //    WQE behind it.
 //  - A drains the inbox where it receives packets: it takes the WQE at a
@@ -22,8 +22,12 @@
 //    a bad SGE or a message longer than the WQE completes in error), and
 //    completes into the SRQ's CQ at the last.  A's progress thread, asleep,
 //    is woken by a datagram on A's bell: an abstract Unix socket named
-//    after the user, the address and A's registry slot (off the wire, so
+//    after the user, the device and A's registry slot (off the wire, so
 //    captures show RoCEv2 only).
+//
+// Not covered: a message whose sender stops midway (its QP reset or
+// destroyed, its process killed) keeps the WQE it took; so does a credit
+// taken by a process killed before it handed the first piece over.
 //
 // Only SENDs cross: a WRITE, READ or atomic through another process's SRQ
 // (whose PD holds the keys) is refused as an invalid request, and so is a
@@ -32,6 +36,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -64,12 +69,14 @@ struct Piece {
 };
 inline constexpr uint32_t kFirst = 1, kLast = 2, kImm = 4, kSolicited = 8;
 
-// The inbox ring's file for SRQ `srqn` of the device on `addr`.
-std::string inbox_path(const std::string& dir, const IpAddr& addr, uint32_t srqn);
-// The bell of the process in registry slot `slot` on `addr`: a bound,
-// non-blocking datagram socket; and ringing it (any datagram wakes).
-Result<net::UniqueFd> open_bell(const IpAddr& addr, uint32_t slot);
-void ring_bell(int fd, const IpAddr& addr, uint32_t slot) noexcept;
+// The inbox ring's file for SRQ `srqn` of the device `dev` (its address
+// and configured port: one NIC of a process per pair).
+std::string inbox_path(const std::string& dir, const Endpoint& dev, uint32_t srqn);
+// The bell of the process in registry slot `slot` on `dev`: a bound,
+// non-blocking datagram socket; and ringing it (any datagram wakes; false
+// if it could not be sent).
+Result<net::UniqueFd> open_bell(const Endpoint& dev, uint32_t slot);
+bool ring_bell(int fd, const Endpoint& dev, uint32_t slot) noexcept;
 // Reads every datagram waiting on a bell.
 void quiet_bell(int fd) noexcept;
 }  // namespace xrc_share
@@ -78,8 +85,8 @@ void quiet_bell(int fd) noexcept;
 class XrcInbox {
  public:
   // Creates the inbox of `srq` (number `srqn`, domain `key`) of the device
-  // on `addr`.
-  static Result<std::unique_ptr<XrcInbox>> create(const std::string& dir, const IpAddr& addr, uint32_t srqn,
+  // `dev`; EEXIST if a live one of that name exists.
+  static Result<std::unique_ptr<XrcInbox>> create(const std::string& dir, const Endpoint& dev, uint32_t srqn,
                                                   XrcFileKey key, RecvSource& srq);
   ~XrcInbox();
   XrcInbox(const XrcInbox&) = delete;
@@ -118,27 +125,31 @@ class XrcInbox {
 // B's side: an XRC SRQ of another process, as B's responder reaches it.
 class XrcRemote {
  public:
-  // Maps the inbox of SRQ `srqn` of the device on `addr`; ENOENT if there
-  // is none (no such SRQ, or not in a shared domain), ESTALE if its owner
-  // is gone.
-  static Result<std::unique_ptr<XrcRemote>> attach(const std::string& dir, const IpAddr& addr, uint32_t srqn);
+  // Maps the inbox of SRQ `srqn` of the device `dev`; ENOENT if there is
+  // none (no such SRQ, or not in a shared domain), ESTALE if its owner is
+  // gone.
+  static Result<std::unique_ptr<XrcRemote>> attach(const std::string& dir, const Endpoint& dev, uint32_t srqn);
 
   XrcFileKey domain() const noexcept { return key_; }
-  bool alive() const noexcept { return ring_->owner_alive(); }
+  // Open and its owner alive (looked at once per kLivenessPeriod).
+  static constexpr std::chrono::milliseconds kLivenessPeriod{100};
+  bool usable() noexcept;
   enum class Take { ok, empty, gone };
   // A credit for a new message; give_back() returns one not used.
   Take take_credit() noexcept;
   void give_back() noexcept;
-  // Puts one packet's payload; false when the inbox is full (or gone).
-  // Rings the owner's bell if it sleeps.
-  bool put(const xrc_share::Piece& p, std::span<const uint8_t> data) noexcept;
+  // Puts one packet's payload: ok, full (or closed), too_big.  Rings the
+  // owner's bell if it sleeps.
+  net::ShmRing::Put put(const xrc_share::Piece& p, std::span<const uint8_t> data) noexcept;
 
  private:
   XrcRemote() = default;
   std::unique_ptr<net::ShmRing> ring_;
   uint32_t srqn_ = 0;
   XrcFileKey key_;
-  IpAddr addr_;
+  Endpoint dev_;
+  std::chrono::steady_clock::time_point checked_;
+  bool alive_ = true;
   net::UniqueFd bell_fd_;  // an unbound Unix datagram socket to ring with
 };
 

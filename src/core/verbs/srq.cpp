@@ -32,8 +32,11 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
     srq->xrc_ = *xrc;
     xrc->xrcd->users()++;
     xrc->cq->users()++;
-    if (const transport::XrcFileKey key = xrc->xrcd->file_key(); key.shared())
-      srq->credits_ = pd.context().nic().share_xrc_srq(*n, *srq, key);
+    if (const transport::XrcFileKey key = xrc->xrcd->file_key(); key.shared()) {
+      std::atomic<uint64_t>* credits = pd.context().nic().share_xrc_srq(*n, *srq, key);
+      std::lock_guard g(pd.context().nic().mu());  // take() reads it under the lock
+      srq->credits_ = credits;
+    }
   }
   return srq;
 }
