@@ -268,8 +268,11 @@ Status PortGroup::found(const Configure& configure) {
     if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) return sys_error("SO_REUSEPORT");
     if (configure) UROCE_TRY(configure(fd.get()));
     sockaddr_storage ss;
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), at_.to_sockaddr(ss)) != 0)
-      return sys_error("bind " + at_.to_string());
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), at_.to_sockaddr(ss)) != 0) {
+      const Status st = sys_error("bind " + at_.to_string());
+      socks_.clear();  // out of the kernel's group before the founding lock goes
+      return st;
+    }
     socks_.push_back(std::move(fd));
   }
   return {};
