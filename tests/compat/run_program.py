@@ -437,7 +437,11 @@ def attempt(a, cmd):
                 time.sleep(0.05)
             checked = ["client"] if a.clients == 1 else [f"client{i + 1}" for i in range(a.clients)]
             clients = [start(client_prefix, client_cmd, client_env, name) for name in checked]
-            crcs = [finish(c, a.timeout, name) for c, name in zip(clients, checked)]
+            # One deadline for them all: several clients must not add up
+            # their time limits past the test's own (ctest would kill the
+            # run before it could say where it stood).
+            deadline = time.time() + a.timeout
+            crcs = [finish(c, max(1.0, deadline - time.time()), name) for c, name in zip(clients, checked)]
             if a.mode == "qperf":
                 # The qperf server serves forever; it must still be alive.
                 if server.poll() is not None:
@@ -447,7 +451,7 @@ def attempt(a, cmd):
                     os.killpg(server.pid, signal.SIGTERM)
                     finish(server, 10, "server")
             else:
-                src = finish(server, a.timeout, "server")
+                src = finish(server, max(1.0, deadline - time.time()) if a.clients > 1 else a.timeout, "server")
                 if src != 0:
                     print(f"server: exit status {src}")
                     ok = False
