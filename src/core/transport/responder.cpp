@@ -17,7 +17,6 @@
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
 #include "transport/sge.hpp"
-#include "transport/xrc_share.hpp"
 
 namespace uroce::transport {
 namespace {
@@ -84,6 +83,12 @@ void queue_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::AckType type, uint8_t
 void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code) noexcept {
   queue_nak(nic, qp, psn, wire::AckType::nak, uint8_t(code));
 }
+
+void responder_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
+  queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
+}
+
+void responder_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept { queue_ack(nic, qp, psn, lazy); }
 
 namespace {
 
@@ -220,67 +225,9 @@ RdAtomicResource& new_resource(ResponderState& s, uint8_t max_dest) noexcept {
   return r;
 }
 
-// A SEND for another process's XRC SRQ (xrc_share.hpp): a credit at the
-// first packet (none: RNR NAK), each packet's payload into its inbox; the
-// owner takes the WQE, scatters and completes.  A full inbox drops the packet
-// unacknowledged, as if lost (the requester sends it again).
-void on_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp;
-  XrcRemote& r = *qp.xrc_remote;
-  const uint32_t flags = pkt.info->flags;
-  const uint32_t psn = pkt.hdr.bth.psn;
-  const bool first = flags & op::kFirst, last = flags & op::kLast;
-  if (first) {
-    switch (r.take_credit()) {
-      case XrcRemote::Take::ok: break;
-      case XrcRemote::Take::empty: queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer); return;
-      case XrcRemote::Take::gone:
-        ++nic.counters().resp_xrc_srq_errors;
-        fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
-        return;
-    }
-    s.recv_off = 0;
-  }
-  xrc_share::Piece p{};
-  p.tgt_qpn = qp.qpn();
-  p.msn = s.msn;
-  p.src_qp = qp.attr.dest_qp_num;
-  p.offset = s.recv_off;
-  p.flags = (first ? xrc_share::kFirst : 0) | (last ? xrc_share::kLast : 0) |
-            ((flags & op::kImm) ? xrc_share::kImm : 0) | (pkt.hdr.bth.solicited ? xrc_share::kSolicited : 0);
-  p.imm = (flags & op::kImm) ? pkt.hdr.imm : 0;
-  p.len = uint32_t(pkt.payload.size());
-  switch (r.put(p, pkt.payload)) {
-    case net::ShmRing::Put::ok: break;
-    case net::ShmRing::Put::too_big:  // cannot happen with our MTUs; never retried
-      if (first) r.give_back();
-      ++nic.counters().resp_len_errors;
-      fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
-      return;
-    default:  // full, or lost to a stall: as if the packet were lost
-      ++nic.counters().xrc_handoff_full;
-      if (first) {  // ask again later, as for a receive queue not ready (spends no retry)
-        r.give_back();
-        queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
-      }
-      return;
-  }
-  if (first) transition(qp.qpn(), s.msg, RespMsg::send);
-  s.recv_off += p.len;
-  if (last) {
-    ++nic.counters().xrc_handoff_sent;
-    transition(qp.qpn(), s.msg, RespMsg::idle);
-    s.msn = psn_add(s.msn, 1);
-  }
-  s.epsn = psn_add(psn, 1);
-  // Not lazy: the receive completes in the other process, no answer of ours
-  // will carry this ACK.
-  if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, false);
-}
-
 void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   if (qp.xrc_remote) {
-    on_send_remote(nic, qp, pkt);
+    responder_send_remote(nic, qp, pkt);
     return;
   }
   ResponderState& s = qp.resp;
@@ -552,46 +499,17 @@ void on_duplicate(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   ++nic.counters().resp_dup_unmatched;
 }
 
-bool starts_message(uint32_t flags) noexcept { return (flags & op::kFirst) || (flags & (op::kRead | op::kAtomic)); }
-
 }  // namespace
+
+bool responder_starts_message(uint32_t flags) noexcept {
+  return (flags & op::kFirst) || (flags & (op::kRead | op::kAtomic));
+}
 
 void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
   const uint32_t psn = pkt.hdr.bth.psn;
-  if (qp.xrc_recv()) {  // the SRQ (hence CQ and PD) this request is for
-    ++nic.counters().xrc_rx_requests;
-    const uint32_t srqn = pkt.hdr.xrc_srqn;
-    // While a message is in progress its SRQ stays the target: the WQE held
-    // is that SRQ's, and so is the CQ where it completes.  The next packet
-    // must name it (a continuation, or a new message that the opcode check
-    // below refuses); an older or later packet naming another SRQ (a
-    // duplicate, to be acknowledged; one past a gap, to be NAKed) is handled
-    // without moving the target.
-    const bool next = psn == s.epsn;
-    const bool other = s.msg != RespMsg::idle && srqn != qp.xrc_msg_srqn;
-    if (other && next) {
-      ++nic.counters().resp_xrc_srq_errors;
-      fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
-      return;
-    }
-    RecvSource* target = nic.find_xrc_srq(srqn);
-    // Another process's, in the domain we share with it: SENDs only.
-    XrcRemote* remote = target ? nullptr : nic.find_remote_xrc_srq(srqn, qp.xrcd_file());
-    const bool refused =
-        target ? target->xrc_domain() != qp.xrcd() : !remote || !(flags & op::kSend) || (flags & op::kIeth);
-    if (refused) {
-      ++nic.counters().resp_xrc_srq_errors;
-      fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
-      return;
-    }
-    if (!other) {
-      qp.xrc_target = target;
-      qp.xrc_remote = remote;
-    }
-    if (next && starts_message(flags)) qp.xrc_msg_srqn = srqn;
-  }
+  if (qp.xrc_recv() && !responder_xrc_target(nic, qp, pkt)) return;  // responder_xrc.cpp
   if (qp.reliable()) {
     const int32_t d = psn_diff(psn, s.epsn);
     if (d > 0) {  // a gap: ask for the missing PSN (go-back-N)
@@ -642,7 +560,7 @@ void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
     case RespMsg::send: cont_ok = (flags & op::kSend) && !(flags & op::kFirst); break;
     case RespMsg::write: cont_ok = (flags & op::kWrite) && !(flags & op::kFirst); break;
     case RespMsg::idle:
-    case RespMsg::uc_drop: cont_ok = starts_message(flags); break;
+    case RespMsg::uc_drop: cont_ok = responder_starts_message(flags); break;
   }
   if (!cont_ok) {
     ++nic.counters().resp_opcode_seq_errors;

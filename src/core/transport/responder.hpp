@@ -14,6 +14,16 @@ void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noe
 // A request that cannot be carried out (RC: IBA class C, the QP enters ERR
 // after the NAK; see responder.cpp).
 void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noexcept;
+// An ACK for `psn` owed (lazy: it may wait for the application's answer),
+// and an RNR NAK for `psn` (responder.cpp's, for responder_xrc.cpp).
+void responder_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept;
+void responder_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
+// A packet that begins a request: a FIRST/ONLY, a READ or an atomic.
+bool responder_starts_message(uint32_t flags) noexcept;
+// XRC (responder_xrc.cpp): the XRC SRQ a request is for (false: refused),
+// and a SEND for another process's XRC SRQ.
+bool responder_xrc_target(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
+void responder_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 // Sends `copies` more of the last ACK when it covers everything received
 // (none while a NAK, an ACK or a READ response is still owed): a QP going
 // away repeats its final ACK, so that the peer's last message is not left
