@@ -58,6 +58,11 @@ Result<std::unique_ptr<FakeIo>> FakeNetwork::attach(const Endpoint& want, size_t
   return std::unique_ptr<FakeIo>(new FakeIo(shared_from_this(), ep, max_payload, fd));
 }
 
+void FakeNetwork::set_ecn_threshold(size_t packets) {
+  std::lock_guard lk(mu_);
+  ecn_threshold_ = packets;
+}
+
 void FakeNetwork::detach(const Endpoint& ep) {
   std::lock_guard lk(mu_);
   ports_.erase(ep);
@@ -88,6 +93,12 @@ void FakeNetwork::send(const Endpoint& src, std::span<const TxPacket> pkts) {
     if (dst->q.size() >= queue_limit_) {
       ++stats_.overflow;
       continue;
+    }
+    // A switch's ECN marking: an ECN-capable packet that finds the queue at
+    // or above the threshold leaves it Congestion Experienced.
+    if (ecn_threshold_ != 0 && (p.tos & 3) != 0 && dst->q.size() >= ecn_threshold_) {
+      p.tos |= 3;
+      ++stats_.ce_marked;
     }
     dst->q.push_back(std::move(p));
     ++stats_.delivered;

@@ -44,6 +44,7 @@ struct FakeNetStats {
   uint64_t no_endpoint = 0;  // dropped: nobody attached at dst
   uint64_t filtered = 0;     // dropped by the filter
   uint64_t overflow = 0;     // dropped: destination queue at its limit
+  uint64_t ce_marked = 0;    // ECN-capable packets marked CE (set_ecn_threshold)
 };
 
 class FakeIo;
@@ -83,6 +84,9 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   // Appends a packet to ep's queue as if it came over the wire.
   bool inject(const Endpoint& ep, FakePacket pkt);
   void set_queue_limit(size_t packets);  // per endpoint; default 4096
+  // A congested switch: an ECN-capable packet (ECT(0) or ECT(1)) that finds
+  // `packets` or more queued at its destination is marked CE.  0: never.
+  void set_ecn_threshold(size_t packets);
 
   FakeNetStats stats() const;
 
@@ -102,6 +106,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   std::vector<FakePacket> recorded_;
   Filter filter_;
   size_t queue_limit_ = 4096;
+  size_t ecn_threshold_ = 0;
   uint16_t next_port_ = 49152;
   FakeNetStats stats_;
 };

@@ -2,7 +2,7 @@
 """The layers below the API include downwards only (docs/architecture.md, "Layers").
 
 Of the project's headers, the C/C++ files of each directory may include:
-  src/common          common/ and the vocabulary uroce/{types,faults,status,ip_addr}.hpp
+  src/common          common/ and the vocabulary uroce/{types,faults,congestion,status,ip_addr}.hpp
   src/wire, src/net   + wire/, + net/
   src/core/transport  + transport/ (never verbs/)
   src/core/verbs      common/ wire/ net/ verbs/ uroce/, and of the transport its interface
@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-VOCAB = {"uroce/types.hpp", "uroce/faults.hpp", "uroce/status.hpp", "uroce/ip_addr.hpp"}
+VOCAB = {"uroce/types.hpp", "uroce/faults.hpp", "uroce/congestion.hpp", "uroce/status.hpp", "uroce/ip_addr.hpp"}
 TRANSPORT_API = {"transport/nic.hpp", "transport/qp_engine.hpp", "transport/ports.hpp", "transport/work_queue.hpp"}
 PROJECT = ("common/", "wire/", "net/", "transport/", "verbs/", "uroce/", "cm/", "api/", "compat/")
 RULES = {  # directory: (allowed prefixes, allowed single headers)

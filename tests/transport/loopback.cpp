@@ -69,6 +69,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   cfg.gids.push_back(*ip);
   cfg.udp_port = opt.udp_port;
   cfg.mtu = opt.device_mtu;
+  cfg.congestion = opt.congestion;
   if (opt.fake) {
     auto net = opt.fake;
     IoWrap wrap = opt.wrap;

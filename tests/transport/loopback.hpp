@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <thread>
 #include <vector>
@@ -94,7 +95,8 @@ struct PairOptions {
   uint16_t udp_port = 0;         // 0: ephemeral ports (peers found through the host registry)
   std::shared_ptr<net::FakeNetwork> fake;
   IoWrap wrap;
-  std::shared_ptr<ShmDir> shm;  // both sides' packets through rings in this directory
+  std::shared_ptr<ShmDir> shm;                            // both sides' packets through rings in this directory
+  std::optional<transport::CongestionConfig> congestion;  // unset: UROCE_CC decides
 };
 
 // Default options over packet path `path`.

@@ -7,9 +7,11 @@
 #include <random>
 #include <string_view>
 
+#include "support/hex.hpp"
 #include "support/roce_packet.hpp"
 #include "wire/bytes.hpp"
 #include "wire/crc32.hpp"
+#include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
 #ifdef UROCE_HAVE_ZLIB
@@ -177,6 +179,36 @@ TEST(wire_icrc, TooShortIsBad) {
   std::vector<uint8_t> p(15, 0);
   EXPECT_EQ(verify_icrc(v4_fields(), p), IcrcCheck::bad);
   EXPECT_EQ(verify_icrc(v4_fields(), {}), IcrcCheck::bad);
+}
+
+}  // namespace
+}  // namespace uroce::wire
+
+namespace uroce::wire {
+namespace {
+
+// The CNP a ConnectX sends, as NVIDIA's "RoCEv2 CNP packet format example"
+// publishes it: 22.22.22.8 -> 22.22.22.7, IP ID 0x98c6, DF, UDP 56238 ->
+// 4791, BTH opcode 0x81 with BECN for QP 0xd2, 16 reserved bytes, ICRC
+// da fc 1b ef.  Our encoder and ICRC produce those bytes.
+TEST(wire_icrc, PublishedConnectXCnpExample) {
+  Headers h;
+  h.bth.opcode = uint8_t(Opcode::cnp);
+  h.bth.becn = true;
+  h.bth.dest_qp = 0xd2;
+  std::vector<uint8_t> b(udp_payload_len(info(Opcode::cnp), 0));
+  ASSERT_EQ(b.size(), 32u);
+  ASSERT_EQ(encode_headers(h, b), 28u);
+  IpUdpFields ip;
+  ip.src = *IpAddr::parse("22.22.22.8");
+  ip.dst = *IpAddr::parse("22.22.22.7");
+  ip.src_port = 56238;
+  ip.ipv4_id = 0x98c6;
+  put_icrc(compute_icrc(ip, b), &b[28]);
+  EXPECT_EQ(test::to_hex(b),
+            "8100ffff400000d200000000"
+            "00000000000000000000000000000000"
+            "dafc1bef");
 }
 
 }  // namespace

@@ -158,6 +158,11 @@ Status Nic::open_io(const IoFactory* factory) {
     if (!env.ok()) return env.status();
     faults_ = *env;
   }
+  if (cfg_.congestion) {
+    cfg_.cc = *cfg_.congestion;
+  } else if (const char* bad = nullptr; !congestion_from_env(cfg_.cc, bad)) {
+    return err::inval(std::string("UROCE_CC=") + bad + ": expected none or dcqcn");
+  }
   if (faults_) {
     auto fio = net::FaultIo::wrap(std::move(io_), *faults_);
     if (!fio.ok()) return fio.status();
@@ -434,6 +439,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.service == wire::Service::cnp) {
     ++counters_.rx_cnp;
+    receive_cnp(pkt, raw);
     return;
   }
   if (pkt.hdr.bth.dest_qp == kGsiQpn) {  // QP1: the connection manager's (gsi.cpp)
@@ -475,6 +481,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     ++counters_.rx_foreign_source;
     return;
   }
+  if ((raw.tos & kEcnMask) == kEcnCe) congestion_marked(*this, *qp);
   if (info.flags & wire::op::kResponse) {
     if (qp->reliable() && st != verbs::QpState::rtr)
       completer_receive(*this, *qp, pkt);
@@ -483,6 +490,16 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
   } else {
     responder_receive(*this, *qp, pkt);
   }
+}
+
+// A CNP from the peer of one of our connected QPs cuts that QP's rate
+// (congestion.hpp); any other is counted in rx_cnp only.
+void Nic::receive_cnp(const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+  QpEngine* qp = find_qp(pkt.hdr.bth.dest_qp);
+  if (!qp || qp->type() == verbs::QpType::ud || qp->xrc_recv() || raw.src.addr != qp->peer.addr) return;
+  const verbs::QpState st = qp->state();
+  if (st != verbs::QpState::rts && st != verbs::QpState::sqd) return;
+  congestion_notified(*this, *qp);
 }
 
 // A UD datagram to a multicast group: a copy to each QP attached to the

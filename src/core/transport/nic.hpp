@@ -31,6 +31,7 @@
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
 #include "net/udp_io.hpp"
+#include "transport/congestion.hpp"
 #include "transport/counters.hpp"
 #include "transport/peer_ports.hpp"
 #include "transport/ports.hpp"
@@ -63,6 +64,9 @@ struct NicConfig {
   // Fault injection on this NIC's packets (net/fault_io.hpp); without it,
   // UROCE_FAULTS decides.
   std::optional<FaultConfig> faults;
+  // Congestion control (congestion.hpp); without it, UROCE_CC decides.
+  std::optional<CongestionConfig> congestion;
+  CongestionConfig cc;  // in effect (set when the NIC opens)
 };
 
 // How often at most the counters are written to the stats file.
@@ -210,6 +214,7 @@ class Nic {
   void gsi_receive(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;        // NIC lock held
   void deliver_multicast(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;  // NIC lock held
   void run_timers() noexcept;
+  void receive_cnp(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
   void progress_thread_main() noexcept;
   void kick() noexcept;
   // Publishes the counters if they changed and the last snapshot is at least

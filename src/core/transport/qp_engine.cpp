@@ -180,6 +180,8 @@ void QpEngine::reset() noexcept {
   rq.clear();
   req = RequesterState{};
   resp = ResponderState{};
+  dcqcn = Dcqcn{};
+  cnp_sent_at = {};
   nic_->detach_lists(*this);
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
+#include "transport/dcqcn.hpp"
 #include "transport/engine_state.hpp"
 #include "transport/ports.hpp"
 #include "transport/work_queue.hpp"
@@ -130,6 +131,8 @@ class QpEngine {
   RecvSource* xrc_target = nullptr;  // XRC_RECV: the SRQ of the request at hand (or last handled)
   XrcRemote* xrc_remote = nullptr;   // ... when that SRQ is another process's (xrc_share.hpp)
   uint32_t xrc_msg_srqn = 0;         // the SRQ the message in progress began with
+  Dcqcn dcqcn;                       // the requester's rate (congestion.hpp)
+  Clock::time_point cnp_sent_at{};   // the last CNP this QP sent its peer
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers

@@ -9,6 +9,7 @@
 #include "transport/requester.hpp"
 
 #include "common/log.hpp"
+#include "transport/congestion.hpp"
 #include "transport/protocol.hpp"
 #include "transport/sge.hpp"
 #include "wire/opcode.hpp"
@@ -19,6 +20,10 @@ namespace {
 
 using verbs::WrOpcode;
 using wire::Opcode;
+
+// Bytes a packet takes on the wire beyond its payload, for pacing: IPv4,
+// UDP, BTH, the largest extension header (RETH or AtomicETH) and the ICRC.
+constexpr uint32_t kPacketOverhead = 20 + 8 + 12 + 28 + 4;
 
 uint32_t packets_for(uint32_t len, uint32_t mtu) noexcept { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 
@@ -186,11 +191,12 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
       return false;
     }
   }
-  if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class)) {
+  if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp_tos(nic, qp))) {
     fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
     return false;
   }
   count_packet(nic, qp, r.send_psn);
+  pace_sent(nic, qp, len + kPacketOverhead);
   r.send_psn = psn_add(r.send_psn, 1);
   ++r.send_pkt;
   return !last;
@@ -222,8 +228,9 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   h.reth.va = w.remote_addr + off;
   h.reth.rkey = w.rkey;
   h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
-  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
   count_packet(nic, qp, h.bth.psn, n);
+  pace_sent(nic, qp, kPacketOverhead);
   w.read_req += n;
   r.send_psn = psn_add(w.first_psn, w.read_req);
   return w.read_req < w.npkts;
@@ -237,8 +244,9 @@ void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   h.atomic.rkey = w.rkey;
   h.atomic.swap_add = cas ? w.swap : w.compare_add;
   h.atomic.compare = cas ? w.compare_add : 0;
-  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
   count_packet(nic, qp, w.first_psn);
+  pace_sent(nic, qp, kPacketOverhead);
   qp.req.send_psn = psn_add(w.first_psn, 1);
 }
 
@@ -307,7 +315,8 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
       if (!start_wqe(nic, qp, w, idx)) break;
     }
     if (rc && psn_diff(r.send_psn, r.una_psn) >= int32_t(window_pkts(qp))) break;
-    if (is_read(w.opcode) && !read_segment_due(qp, w)) break;  // wait for responses
+    if (is_read(w.opcode) && !read_segment_due(qp, w)) break;       // wait for responses
+    if (type != verbs::QpType::ud && !pace_allows(nic, qp)) break;  // the rate the network allows (DCQCN)
     ensure_room(nic);
     --budget;
     sent = true;

@@ -3,6 +3,7 @@
 // (IBA 9.7.5.1.x).  responder.cpp executes the requests that queue them.
 #include <algorithm>
 
+#include "transport/congestion.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
@@ -33,7 +34,7 @@ wire::Headers ack_headers(const QpEngine& qp) noexcept {
 void emit_ack(Nic& nic, QpEngine& qp) noexcept {
   ResponderState& s = qp.resp;
   wire::Headers h = ack_headers(qp);
-  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
   if (s.ack == AckOwed::ack) ++nic.counters().resp_acks_sent;
   transition(qp.qpn(), s.ack, AckOwed::none);
   s.acks_owed = 0;
@@ -51,7 +52,7 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     h.bth.opcode = response_opcode(qp, wire::Opcode::rc_atomic_ack);
     h.bth.psn = r.psn;
     h.atomic_ack.orig = r.orig;
-    (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);  // headers only
+    (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
     return false;
   }
   const uint32_t len = std::min(qp.mtu, r.resp_left);
@@ -72,7 +73,7 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     }
     body = {src, len};
   }
-  if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp.attr.ah_attr.traffic_class)) {
+  if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp_tos(nic, qp))) {
     ++nic.counters().resp_memory_faults;  // unmapped or re-protected since registration
     responder_fail(nic, qp, r.resp_psn, wire::NakCode::remote_access_error);
     return false;
@@ -123,7 +124,7 @@ void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept {
   wire::Headers h = ack_headers(qp);
   for (int i = 0; i < copies; ++i) {
     if (nic.tx().full()) nic.flush_tx();
-    (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp.attr.ah_attr.traffic_class);
+    (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));
     ++nic.counters().resp_final_acks_repeated;
   }
   nic.flush_tx();

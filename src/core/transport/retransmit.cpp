@@ -113,6 +113,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
     return;
   }
   const Clock::time_point now = nic.now();
+  if (qp.dcqcn.limited() && now >= qp.dcqcn.next_send()) nic.schedule(qp);  // paced: its turn came
   if (r.rnr == RnrGate::waiting) {
     if (now >= r.rnr_until) {
       transition(qp.qpn(), r.rnr, RnrGate::open);

@@ -13,6 +13,7 @@
 
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
+#include "uroce/congestion.hpp"
 #include "uroce/faults.hpp"
 #include "verbs/resources.hpp"
 #include "verbs/types.hpp"
@@ -33,6 +34,8 @@ struct DeviceConfig {
   // Fault injection on the device's packets (include/uroce/faults.hpp).
   // Unset: UROCE_FAULTS decides; set (even to no faults): this does.
   std::optional<FaultConfig> faults;
+  // Congestion control (transport/congestion.hpp).  Unset: UROCE_CC decides.
+  std::optional<CongestionConfig> congestion;
   // Tests: packet I/O to use instead of a UDP socket (e.g. a FakeIo).  A
   // device with its own I/O gets a NIC of its own (not shared by address).
   std::function<Result<std::unique_ptr<net::PacketIo>>()> io_factory;

@@ -1,0 +1,87 @@
+// ECN marking, CNPs and DCQCN pacing of connected QPs (congestion.hpp).
+#include "transport/congestion.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "common/log.hpp"
+#include "transport/nic.hpp"
+#include "transport/qp_engine.hpp"
+#include "wire/opcode.hpp"
+
+namespace uroce::transport {
+
+const char* to_string(CcMode m) noexcept {
+  switch (m) {
+    case CcMode::none: return "none";
+    case CcMode::dcqcn: return "dcqcn";
+  }
+  return "?";
+}
+
+bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
+  const char* v = std::getenv("UROCE_CC");
+  if (!v || !*v) return true;
+  const std::string_view s(v);
+  if (s == "none")
+    cfg.mode = CcMode::none;
+  else if (s == "dcqcn")
+    cfg.mode = CcMode::dcqcn;
+  else {
+    bad = v;
+    return false;
+  }
+  return true;
+}
+
+uint8_t qp_tos(const Nic& nic, const QpEngine& qp) noexcept {
+  const uint8_t dscp = uint8_t(qp.attr.ah_attr.traffic_class & ~kEcnMask);
+  return nic.config().cc.mode == CcMode::none ? dscp : uint8_t(dscp | kEct0);
+}
+
+void congestion_marked(Nic& nic, QpEngine& qp) noexcept {
+  ++nic.counters().ecn_marked;
+  const CongestionConfig& cc = nic.config().cc;
+  if (cc.mode == CcMode::none) return;
+  const Clock::time_point now = nic.now();
+  if (qp.cnp_sent_at != Clock::time_point{} && now - qp.cnp_sent_at < cc.dcqcn.cnp_interval) return;
+  qp.cnp_sent_at = now;
+  wire::Headers h;
+  h.bth.opcode = uint8_t(wire::Opcode::cnp);
+  h.bth.pkey = wire::kDefaultPkey;
+  h.bth.becn = true;
+  h.bth.dest_qp = qp.attr.dest_qp_num;
+  if (nic.tx().full()) nic.flush_tx();
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers and reserved bytes only
+  ++nic.counters().cnp_sent;
+}
+
+void congestion_notified(Nic& nic, QpEngine& qp) noexcept {
+  const CongestionConfig& cc = nic.config().cc;
+  if (cc.mode == CcMode::none) return;
+  ++nic.counters().cnp_handled;
+  qp.dcqcn.on_cnp(cc.dcqcn, nic.now());
+  nic.counters().cc_rate_mbps = qp.dcqcn.rate(cc.dcqcn);
+  UROCE_LOG(debug, "qp 0x%x: CNP, rate %llu Mbit/s (alpha %.3f)", qp.qpn(), (unsigned long long)qp.dcqcn.rate(cc.dcqcn),
+            qp.dcqcn.alpha());
+}
+
+bool pace_allows(Nic& nic, QpEngine& qp) noexcept {
+  if (!qp.dcqcn.limited()) return true;
+  const DcqcnParams& p = nic.config().cc.dcqcn;
+  const Clock::time_point now = nic.now();
+  qp.dcqcn.advance(p, now);
+  if (qp.dcqcn.may_send(now)) return true;
+  ++nic.counters().cc_paced;
+  nic.arm_timer(qp, qp.dcqcn.next_send());
+  return false;
+}
+
+void pace_sent(Nic& nic, QpEngine& qp, uint32_t bytes) noexcept {
+  if (!qp.dcqcn.limited()) return;
+  const DcqcnParams& p = nic.config().cc.dcqcn;
+  qp.dcqcn.on_sent(p, bytes, nic.now());
+  nic.counters().cc_rate_mbps = qp.dcqcn.rate(p);
+}
+
+}  // namespace uroce::transport
