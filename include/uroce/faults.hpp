@@ -22,6 +22,8 @@
 //                     us, ms, s; a bare number is microseconds)
 //   corrupt=P         flip one byte of a copy of the packet (the ICRC check of
 //                     the receiver must catch it)
+//   ce=P              mark an ECN-capable packet Congestion Experienced, as a
+//                     congested switch would (the receiver answers with CNPs)
 //   dir=tx|rx|both    which direction the unprefixed rates apply to (default
 //                     tx: a packet between two devices with faults then meets
 //                     the rates once)
@@ -60,10 +62,11 @@ struct FaultRates {
   double reorder = 0;
   double delay = 0;
   double corrupt = 0;
+  double ce = 0;                 // ECN CE marking of ECT packets
   uint32_t reorder_max = 8;      // a reordered packet falls back 1..reorder_max packets
   uint32_t delay_max_us = 1000;  // a delayed packet waits 0..delay_max_us
 
-  bool any() const noexcept { return drop > 0 || dup > 0 || reorder > 0 || delay > 0 || corrupt > 0; }
+  bool any() const noexcept { return drop > 0 || dup > 0 || reorder > 0 || delay > 0 || corrupt > 0 || ce > 0; }
   bool operator==(const FaultRates&) const = default;
 };
 

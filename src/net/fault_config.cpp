@@ -97,6 +97,8 @@ Status apply_rate(std::string_view item, std::string_view key, std::string_view 
     r.dup = p;
   } else if (key == "corrupt") {
     r.corrupt = p;
+  } else if (key == "ce") {
+    r.ce = p;
   } else if (key == "reorder") {
     r.reorder = p;
     if (!param.empty()) {
@@ -111,7 +113,7 @@ Status apply_rate(std::string_view item, std::string_view key, std::string_view 
       return bad(item, "the delay must be a duration up to 60s (200us, 2ms, 1s)");
     return {};
   } else {
-    return bad(item, "unknown key (seed, drop, dup, reorder, delay, corrupt, dir, ops, off)");
+    return bad(item, "unknown key (seed, drop, dup, reorder, delay, corrupt, ce, dir, ops, off)");
   }
   if (!param.empty()) return bad(item, "takes no ':' parameter");
   return {};
@@ -201,6 +203,7 @@ std::string to_string(const FaultConfig& cfg) {
       s += b;
     }
     add("corrupt", r.corrupt);
+    add("ce", r.ce);
   };
   rates("tx", cfg.tx);
   rates("rx", cfg.rx);

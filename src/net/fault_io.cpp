@@ -143,6 +143,9 @@ FaultIo::Fate FaultIo::decide(Rng& rng, const FaultRates& r, size_t size, FaultC
     f.corrupt_xor = uint8_t(1 + (x[2] >> 40) % 255);
     ++c.corrupted;
   }
+  // CE marking draws from bits no other decision reads, so that adding it
+  // changes no other fault of a seed's sequence.
+  if (r.ce > 0 && unit(std::rotl(x[5], 29) ^ x[7]) < r.ce) f.ce = true;
   if (unit(x[3]) < r.dup) {
     f.dup = true;
     ++c.duplicated;
@@ -226,6 +229,10 @@ void FaultIo::tx_one(const TxPacket& in, Clock::time_point now) noexcept {
   }
   const Fate f = decide(tx_rng_, cfg_.tx, in.size(), tx_counts_);
   if (f.drop) return;
+  if (f.ce && (p.tos & 3) != 0) {
+    p.tos |= 3;
+    ++tx_counts_.ce_marked;
+  }
   if (f.corrupt) {  // a copy: never the application's memory
     std::vector<uint8_t>& b = tx_buf();
     if (!flatten(in, b)) return;
@@ -371,6 +378,10 @@ size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
       }
       const Fate f = decide(rx_rng_, cfg_.rx, p.data.size(), rx_counts_);
       if (f.drop) continue;
+      if (f.ce && (p.tos & 3) != 0) {
+        rx_in_[i].tos |= 3;
+        ++rx_counts_.ce_marked;
+      }
       std::vector<uint8_t> corrupted;
       if (f.corrupt) {
         corrupted = take_buf();

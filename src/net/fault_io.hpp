@@ -87,7 +87,7 @@ class FaultIo final : public PacketIo {
   };
   // What happens to one packet.
   struct Fate {
-    bool drop = false, corrupt = false, dup = false, reorder = false, delay = false;
+    bool drop = false, corrupt = false, dup = false, reorder = false, delay = false, ce = false;
     size_t corrupt_pos = 0;
     uint8_t corrupt_xor = 0;
     uint32_t reorder_by = 0;

@@ -53,6 +53,7 @@ struct RxPacket {
 // Faults injected in one direction by a FaultIo (net/fault_io.hpp).
 struct FaultCounts {
   uint64_t dropped = 0, duplicated = 0, reordered = 0, delayed = 0, corrupted = 0;
+  uint64_t ce_marked = 0;  // ECN-capable packets marked CE
 };
 
 struct IoStats {

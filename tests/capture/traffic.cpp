@@ -109,6 +109,29 @@ TEST(Capture, RcEveryOpcode) {
   EXPECT_EQ(sc[0].status, WcStatus::rem_access_err);
 }
 
+// A congested switch on the way to B (B's receive side marks every packet
+// CE): B answers with CNPs, which cut A's rate.
+TEST(Capture, CnpsAnswerCongestionMarks) {
+  PairOptions o = options(QpType::rc);
+  FaultConfig ce;
+  ce.rx.ce = 1.0;
+  o.faults_b = ce;
+  Pair p(o);
+  expect_on_4791(p);
+  SendWr wr;
+  wr.opcode = WrOpcode::send;
+  for (uint64_t i = 1; i <= 3; ++i) {
+    wr.wr_id = i;
+    send_and_check(p, wr, 3000, true);
+  }
+  const transport::Counters ca = p.a.counters(), cb = p.b.counters();
+  EXPECT_EQ(cb.ecn_marked, cb.fault_rx_ce_marked);
+  EXPECT_GE(cb.ecn_marked, 9u);
+  EXPECT_GE(cb.cnp_sent, 1u);
+  EXPECT_EQ(ca.cnp_handled, cb.cnp_sent);
+  EXPECT_LT(ca.cc_rate_mbps, 25000u);
+}
+
 TEST(Capture, UcSendAndWrite) {
   Pair p(options(QpType::uc));
   expect_on_4791(p);

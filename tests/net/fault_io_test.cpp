@@ -90,6 +90,7 @@ TEST(FaultSyntax, ToStringReadsBack) {
   c.rx.delay = 0.3;
   c.rx.delay_max_us = 1500;
   c.rx.corrupt = 0.001;
+  c.tx.ce = 0.25;
   c.ops = fault_ops::kRead | fault_ops::kAtomic;
   auto back = parse_faults(to_string(c));
   ASSERT_TRUE(back.ok()) << to_string(c) << ": " << back.status().to_string();
@@ -126,7 +127,7 @@ struct Rig {
     b = std::move(ib);
   }
   // Sends packets [first, first+n) of `opcode` from a to b, `batch` at a time.
-  void send(uint32_t first, uint32_t n, uint8_t opcode = kSendOnly, size_t batch = 16) {
+  void send(uint32_t first, uint32_t n, uint8_t opcode = kSendOnly, size_t batch = 16, uint8_t tos = 0) {
     std::vector<Bytes> bufs;
     std::vector<TxPacket> pkts;
     for (uint32_t i = 0; i < n; i += uint32_t(batch)) {
@@ -135,8 +136,11 @@ struct Rig {
       for (uint32_t j = i; j < std::min<uint32_t>(n, i + uint32_t(batch)); ++j)
         bufs.push_back(make_pkt(opcode, first + j));
       for (auto& b : bufs)
-        pkts.push_back(TxPacket{
-            kB, std::span<const uint8_t>(b.data(), 12), std::span<const uint8_t>(b.data() + 12, b.size() - 12), {}, 0});
+        pkts.push_back(TxPacket{kB,
+                                std::span<const uint8_t>(b.data(), 12),
+                                std::span<const uint8_t>(b.data() + 12, b.size() - 12),
+                                {},
+                                tos});
       a->send_batch(pkts);
     }
   }
@@ -324,6 +328,59 @@ TEST(FaultIo, ReceiveSideCorruptionDuplicationAndDrop) {
   // A corrupted packet that is duplicated arrives corrupted twice; one whose
   // sequence number bytes were hit is compared against another packet.
   EXPECT_GE(bad, c.corrupted);
+}
+
+// Receives on b until `want` packets arrived; the ECN field of each.
+std::vector<uint8_t> ecn_of(Rig& r, size_t want) {
+  std::vector<uint8_t> ecn;
+  std::vector<RxPacket> rx(64);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (ecn.size() < want && std::chrono::steady_clock::now() < deadline) {
+    const size_t n = r.b->recv_batch(rx);
+    for (size_t i = 0; i < n; ++i) ecn.push_back(rx[i].tos & 3);
+    if (n == 0) {
+      pollfd p{r.b->wait_fd(), POLLIN, 0};
+      ::poll(&p, 1, 5);
+    }
+  }
+  return ecn;
+}
+
+TEST(FaultIo, CeMarksEcnCapablePacketsOnly) {
+  Rig r(tx_only({.ce = 0.3}));
+  r.send(0, 5000, kSendOnly, 16, 0x02);     // ECT(0)
+  r.send(5000, 1000, kSendOnly, 16, 0x00);  // Not-ECT: never marked
+  const std::vector<uint8_t> ecn = ecn_of(r, 6000);
+  ASSERT_EQ(ecn.size(), 6000u);
+  size_t ce = 0;
+  for (size_t i = 0; i < 5000; ++i) {
+    ASSERT_TRUE(ecn[i] == 2 || ecn[i] == 3) << i;
+    ce += ecn[i] == 3;
+  }
+  for (size_t i = 5000; i < 6000; ++i) ASSERT_EQ(ecn[i], 0) << i;
+  EXPECT_EQ(r.a->stats().tx_faults.ce_marked, ce);
+  EXPECT_NEAR(double(ce) / 5000, 0.3, 0.03);
+}
+
+TEST(FaultIo, ReceiveSideCeMarking) {
+  FaultConfig fb;
+  fb.rx.ce = 1.0;
+  Rig r(FaultConfig{}, fb);
+  r.send(0, 100, kSendOnly, 16, 0x01);  // ECT(1)
+  const std::vector<uint8_t> ecn = ecn_of(r, 100);
+  ASSERT_EQ(ecn.size(), 100u);
+  for (uint8_t e : ecn) EXPECT_EQ(e, 3);
+  EXPECT_EQ(static_cast<FaultIo*>(r.b.get())->stats().rx_faults.ce_marked, 100u);
+}
+
+// CE marking draws on bits no other fault reads: a seed's drops stay the same.
+TEST(FaultIo, CeMarkingLeavesTheOtherFatesOfASeedAlone) {
+  auto run = [](double ce) {
+    Rig r(tx_only({.drop = 0.1, .dup = 0.05, .ce = ce}, 5));
+    r.send(0, 3000, kSendOnly, 16, 0x02);
+    return r.seqs(100000, 200);
+  };
+  EXPECT_EQ(run(0), run(0.5));
 }
 
 TEST(FaultIo, OnlyTheChosenClassesAreHit) {

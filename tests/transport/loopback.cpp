@@ -70,6 +70,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   cfg.udp_port = opt.udp_port;
   cfg.mtu = opt.device_mtu;
   cfg.congestion = opt.congestion;
+  if (&s == &b && opt.faults_b) cfg.faults = opt.faults_b;
   if (opt.fake) {
     auto net = opt.fake;
     IoWrap wrap = opt.wrap;

@@ -97,6 +97,7 @@ struct PairOptions {
   IoWrap wrap;
   std::shared_ptr<ShmDir> shm;                            // both sides' packets through rings in this directory
   std::optional<transport::CongestionConfig> congestion;  // unset: UROCE_CC decides
+  std::optional<FaultConfig> faults_b;                    // B's device only (e.g. rx.ce: a congested switch)
 };
 
 // Default options over packet path `path`.

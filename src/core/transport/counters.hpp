@@ -25,7 +25,7 @@ namespace uroce::transport {
   X(resp_opcode_seq_errors) X(resp_len_errors) X(resp_seq_naks_repeated) X(resp_qp_errors) X(resp_memory_faults) X(resp_unmapped_regions) X(rx_kernel_drops) \
   X(fault_tx_dropped) X(fault_tx_duplicated) X(fault_tx_reordered) X(fault_tx_delayed) \
   X(fault_tx_corrupted) X(fault_rx_dropped) X(fault_rx_duplicated) X(fault_rx_reordered) \
-  X(fault_rx_delayed) X(fault_rx_corrupted) X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) \
+  X(fault_rx_delayed) X(fault_rx_corrupted) X(fault_tx_ce_marked) X(fault_rx_ce_marked) X(shm_tx_packets) X(shm_rx_packets) X(shm_tx_full) \
   X(shm_rx_skipped) X(doorbells_tx) X(doorbells_rx) \
   X(mw_binds) X(mw_bind_errors) X(mw_local_invalidations) X(mw_remote_invalidations) X(resp_invalidate_errors) \
   X(mcast_attaches) X(mcast_rx_packets) X(mcast_tx_packets) X(xrc_tx_requests) X(xrc_rx_requests) \

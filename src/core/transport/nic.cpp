@@ -300,6 +300,8 @@ Counters Nic::snapshot() const noexcept {
   c.fault_tx_reordered = s.tx_faults.reordered;
   c.fault_tx_delayed = s.tx_faults.delayed;
   c.fault_tx_corrupted = s.tx_faults.corrupted;
+  c.fault_tx_ce_marked = s.tx_faults.ce_marked;
+  c.fault_rx_ce_marked = s.rx_faults.ce_marked;
   c.fault_rx_dropped = s.rx_faults.dropped;
   c.fault_rx_duplicated = s.rx_faults.duplicated;
   c.fault_rx_reordered = s.rx_faults.reordered;
