@@ -34,6 +34,10 @@ struct DcqcnParams {
 struct CongestionConfig {
   CcMode mode = CcMode::dcqcn;
   DcqcnParams dcqcn;
+  // Loss recovery: a responder keeps packets that arrive after a lost one
+  // and a requester whose peer does so resends only what was lost
+  // (UROCE_SR=0: go-back-N on both sides, as rdma_rxe).
+  bool selective_repeat = true;
 };
 
 }  // namespace uroce

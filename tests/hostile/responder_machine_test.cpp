@@ -101,14 +101,16 @@ TEST(ResponderMachine, SendWithoutAWqeIsRnrNakedAndLeavesNoState) {
 }
 
 // A gap draws one sequence NAK for the expected PSN; later packets of the
-// same pass draw none; the expected packet clears it.
+// same pass draw none and are kept (selective repeat).  The expected packet
+// clears it; a gap left behind kept packets is NAKed at once; filling it
+// executes the kept packets, in order, and one ACK covers them.
 TEST(ResponderMachine, OneSequenceNakPerGap) {
   Victim v;
   const uint32_t q = v.qp->qpn();
   auto write = [&](uint32_t psn, bool ack_req) {
     wire::Headers h = write_only(q, psn, v.all.addr() + 64 * (psn - kRqPsn), v.all.rkey(), 64);
     h.bth.ack_req = ack_req;
-    return Victim::packet(h, bytes(64, 0x33));
+    return Victim::packet(h, bytes(64, uint8_t(psn)));
   };
   v.send1(write(v.epsn + 2, false));
   EngineSnapshot s = snap(v, *v.qp);
@@ -117,11 +119,20 @@ TEST(ResponderMachine, OneSequenceNakPerGap) {
   v.send1(write(v.epsn + 3, false));
   EXPECT_TRUE(acks(v).empty()) << "a second NAK for the same gap";
   EXPECT_EQ(snap(v, *v.qp).seq, SeqNak::sent);
+  EXPECT_EQ(v.counters().resp_ooo_kept, 2u);
   v.send1(write(v.epsn, true));
   s = snap(v, *v.qp);
-  EXPECT_EQ(s.seq, SeqNak::clear) << to_string(s);
   EXPECT_EQ(s.epsn, v.epsn + 1);
-  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::ack, wire::kCreditsInvalid, v.epsn}}));
+  EXPECT_EQ(s.seq, SeqNak::sent) << to_string(s);
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::nak, uint8_t(NakCode::psn_sequence_error), v.epsn + 1}}));
+  v.send1(write(v.epsn + 1, true));
+  s = snap(v, *v.qp);
+  EXPECT_EQ(s.seq, SeqNak::clear) << to_string(s);
+  EXPECT_EQ(s.epsn, v.epsn + 4);
+  EXPECT_EQ(acks(v), (std::vector<Answer>{{AckType::ack, wire::kCreditsInvalid, v.epsn + 3}}));
+  EXPECT_EQ(v.counters().resp_ooo_executed, 2u);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(v.all.mem->data()[64 * i], uint8_t(v.epsn + i)) << i;
+  v.epsn += 4;
   v.resnapshot();
 }
 

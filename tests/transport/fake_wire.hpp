@@ -61,6 +61,18 @@ struct DropFilter {
   }
 };
 
+// Go-back-N: B's responder keeps nothing after a lost packet (as rdma_rxe
+// and NICs); A's requester tries selective repeat or not.
+inline PairOptions go_back_n(bool requester_sr = false, PairOptions o = {}) {
+  transport::CongestionConfig off;
+  off.selective_repeat = false;
+  transport::CongestionConfig a = off;
+  a.selective_repeat = requester_sr;
+  o.congestion = a;
+  o.congestion_b = off;
+  return o;
+}
+
 // A Pair on a FakeNetwork of its own, with helpers to drop chosen packets.
 struct Fake {
   std::shared_ptr<net::FakeNetwork> net = net::FakeNetwork::create();

@@ -95,9 +95,10 @@ struct PairOptions {
   uint16_t udp_port = 0;         // 0: ephemeral ports (peers found through the host registry)
   std::shared_ptr<net::FakeNetwork> fake;
   IoWrap wrap;
-  std::shared_ptr<ShmDir> shm;                            // both sides' packets through rings in this directory
-  std::optional<transport::CongestionConfig> congestion;  // unset: UROCE_CC decides
-  std::optional<FaultConfig> faults_b;                    // B's device only (e.g. rx.ce: a congested switch)
+  std::shared_ptr<ShmDir> shm;                              // both sides' packets through rings in this directory
+  std::optional<transport::CongestionConfig> congestion;    // unset: UROCE_CC decides
+  std::optional<transport::CongestionConfig> congestion_b;  // B's, if not `congestion`
+  std::optional<FaultConfig> faults_b;                      // B's device only (e.g. rx.ce: a congested switch)
 };
 
 // Default options over packet path `path`.

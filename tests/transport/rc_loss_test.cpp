@@ -64,7 +64,7 @@ TEST(RcLoss, ThreePacketSendOnTheWire) {
 }
 
 TEST(RcLoss, DroppedDataPacketGoesBackN) {
-  Fake f;
+  Fake f(go_back_n());
   Pair& p = *f.p;
   f.drop_nth(f.a_ep, op::kSend, 4);  // the 4th of 10 SEND packets
   fill_pattern(p.a.buf.data(), 10 * 1024, 2);

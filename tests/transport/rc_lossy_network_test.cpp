@@ -61,7 +61,7 @@ TEST(RcLossyNetwork, DuplicatedPacketsTakeEffectOnce) {
 
 // The packets of a message arrive in reverse order.
 TEST(RcLossyNetwork, ReorderedPacketsAreRecovered) {
-  Fake f;
+  Fake f(go_back_n());
   Pair& p = *f.p;
   fill_pattern(p.a.buf.data(), 6 * 1024, 8);
   ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(0, 8192)}).ok());

@@ -22,6 +22,7 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   if (!psn_before(r.una_psn, una)) return;
   window_on_ack(qp, uint32_t(psn_diff(una, r.una_psn)));
   r.una_psn = una;
+  rtt_on_ack(nic, qp);
   r.retry_left = qp.attr.retry_cnt;
   if (qp.attr.rnr_retry != 7) r.rnr_left = qp.attr.rnr_retry;
   r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
@@ -75,7 +76,8 @@ void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
     case wire::NakCode::psn_sequence_error:
       ++c.req_seq_naks_rcvd;
       window_on_loss(nic, qp, false);
-      go_back(nic, qp, psn);
+      sr_on_progress(nic, qp);  // a probe the NAK settles goes first
+      if (!sr_on_seq_nak(nic, qp, psn)) go_back(nic, qp, psn);
       return;
     case wire::NakCode::invalid_request: st = WcStatus::rem_inv_req_err; break;
     case wire::NakCode::remote_access_error: st = WcStatus::rem_access_err; break;
@@ -234,6 +236,7 @@ void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
       default: ++nic.counters().req_stale_responses; break;
     }
   }
+  if ((r.probing || r.sr_check) && qp.state() != verbs::QpState::err) sr_on_progress(nic, qp);
 }
 
 }  // namespace uroce::transport

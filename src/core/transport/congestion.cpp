@@ -20,16 +20,24 @@ const char* to_string(CcMode m) noexcept {
 }
 
 bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
-  const char* v = std::getenv("UROCE_CC");
-  if (!v || !*v) return true;
-  const std::string_view s(v);
-  if (s == "none")
-    cfg.mode = CcMode::none;
-  else if (s == "dcqcn")
-    cfg.mode = CcMode::dcqcn;
-  else {
-    bad = v;
-    return false;
+  if (const char* v = std::getenv("UROCE_CC"); v && *v) {
+    const std::string_view s(v);
+    if (s == "none") {
+      cfg.mode = CcMode::none;
+    } else if (s == "dcqcn") {
+      cfg.mode = CcMode::dcqcn;
+    } else {
+      bad = "UROCE_CC";
+      return false;
+    }
+  }
+  if (const char* v = std::getenv("UROCE_SR"); v && *v) {
+    const std::string_view s(v);
+    if (s != "0" && s != "1") {
+      bad = "UROCE_SR";
+      return false;
+    }
+    cfg.selective_repeat = s == "1";
   }
   return true;
 }

@@ -26,7 +26,8 @@ class QpEngine;
 using uroce::CcMode;
 using uroce::CongestionConfig;
 const char* to_string(CcMode m) noexcept;
-// The default, or what UROCE_CC says ("none", "dcqcn"); unknown: EINVAL.
+// Applies UROCE_CC ("none", "dcqcn") and UROCE_SR ("0", "1") to `cfg`;
+// false with `bad` naming the variable whose value is not one of those.
 bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept;
 
 inline constexpr uint8_t kEcnMask = 0x03, kEct0 = 0x02, kEcnCe = 0x03;

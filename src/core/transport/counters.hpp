@@ -30,7 +30,9 @@ namespace uroce::transport {
   X(mw_binds) X(mw_bind_errors) X(mw_local_invalidations) X(mw_remote_invalidations) X(resp_invalidate_errors) \
   X(mcast_attaches) X(mcast_rx_packets) X(mcast_tx_packets) X(xrc_tx_requests) X(xrc_rx_requests) \
   X(resp_xrc_srq_errors) X(xrc_handoff_sent) X(xrc_handoff_full) X(xrc_handoff_received) X(xrc_handoff_errors) \
-  X(resp_final_acks_repeated) X(ecn_marked) X(cnp_sent) X(cnp_handled) X(cc_paced) X(cc_rate_mbps)
+  X(resp_final_acks_repeated) X(ecn_marked) X(cnp_sent) X(cnp_handled) X(cc_paced) X(cc_rate_mbps) \
+  X(resp_ooo_kept) X(resp_ooo_duplicates) X(resp_ooo_executed) X(req_selective_resends) X(req_sr_peers) \
+  X(req_sr_probes_failed) X(srtt_us)
 // clang-format on
 
 struct Counters {

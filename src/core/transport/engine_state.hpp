@@ -21,7 +21,11 @@ UROCE_STATE_ENUM(RetryTimer, UROCE_RETRY_TIMER)
 UROCE_STATE_ENUM(RnrGate, UROCE_RNR_GATE)
 UROCE_STATE_ENUM(ReadGap, UROCE_READ_GAP)
 UROCE_STATE_ENUM(SqDrain, UROCE_SQ_DRAIN)
+// Selective repeat (selective.cpp): whether the peer keeps the packets that
+// follow a lost one (unknown until a recovery shows it).
+#define UROCE_PEER_SR(X) X(unknown) X(keeps) X(drops)
 UROCE_STATE_ENUM(Recovery, UROCE_RECOVERY)
+UROCE_STATE_ENUM(PeerSr, UROCE_PEER_SR)
 
 // Responder machines.
 // The message in progress: a SEND filling `recv`, a WRITE placing data, or
@@ -66,6 +70,23 @@ struct RequesterState {
   uint32_t cwnd_acked = 0;  // packets acknowledged towards the next growth
   Recovery recovery = Recovery::none;
   uint32_t recover_psn = 0;  // after_cut: losses before this PSN acknowledged belong to the cut
+  // Selective repeat (selective.cpp).
+  PeerSr peer_sr = PeerSr::unknown;
+  uint8_t sr_failed = 0;  // recoveries that showed nothing kept
+  bool probing = false;   // probe_psn was resent alone to learn what the peer keeps
+  uint32_t probe_psn = 0;
+  bool resend_one = false;  // resend_psn alone goes out before anything else
+  uint32_t resend_psn = 0;
+  bool force_ack = false;  // the packet being built asks for an ACK
+  bool sr_check = false;   // sr_check_psn, resent alone, is resent again if unacknowledged at sr_check_at
+  uint32_t sr_check_psn = 0;
+  uint32_t sr_backoff = 1;
+  Clock::time_point sr_check_at;
+  // Round-trip time from ACK timing (one packet timed at a time; none that was resent).
+  bool timing = false;
+  uint32_t timed_psn = 0;
+  Clock::time_point timed_at;
+  int64_t srtt_ns = 0, rttvar_ns = 0;
 };
 
 // A READ or atomic the responder accepted: kept to send its response and,

@@ -17,6 +17,7 @@
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
+#include "transport/responder.hpp"
 #include "transport/xrc_share.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
@@ -161,7 +162,8 @@ Status Nic::open_io(const IoFactory* factory) {
   if (cfg_.congestion) {
     cfg_.cc = *cfg_.congestion;
   } else if (const char* bad = nullptr; !congestion_from_env(cfg_.cc, bad)) {
-    return err::inval(std::string("UROCE_CC=") + bad + ": expected none or dcqcn");
+    return err::inval(std::string(bad) + "=" + std::getenv(bad) +
+                      (std::string_view(bad) == "UROCE_SR" ? ": expected 0 or 1" : ": expected none or dcqcn"));
   }
   if (faults_) {
     auto fio = net::FaultIo::wrap(std::move(io_), *faults_);
@@ -491,6 +493,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
       ++counters_.rx_bad_state;
   } else {
     responder_receive(*this, *qp, pkt);
+    if (qp->reorder) responder_drain(*this, *qp);  // packets kept for after this one
   }
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "transport/dcqcn.hpp"
 #include "transport/engine_state.hpp"
 #include "transport/ports.hpp"
+#include "transport/reorder.hpp"
 #include "transport/work_queue.hpp"
 #include "uroce/types.hpp"
 #include "wire/icrc.hpp"
@@ -125,14 +127,15 @@ class QpEngine {
   WorkQueue<RecvWqe> rq;  // unused with an SRQ
   RequesterState req;     // requester + completer
   ResponderState resp;
-  Endpoint peer;                     // RC/UC: the peer's UDP endpoint
-  wire::IpUdpFields icrc_ip;         // RC/UC: ICRC fields of packets to the peer
-  uint32_t mtu = 1024;               // path MTU in bytes
-  RecvSource* xrc_target = nullptr;  // XRC_RECV: the SRQ of the request at hand (or last handled)
-  XrcRemote* xrc_remote = nullptr;   // ... when that SRQ is another process's (xrc_share.hpp)
-  uint32_t xrc_msg_srqn = 0;         // the SRQ the message in progress began with
-  Dcqcn dcqcn;                       // the requester's rate (congestion.hpp)
-  Clock::time_point cnp_sent_at{};   // the last CNP this QP sent its peer
+  Endpoint peer;                           // RC/UC: the peer's UDP endpoint
+  wire::IpUdpFields icrc_ip;               // RC/UC: ICRC fields of packets to the peer
+  uint32_t mtu = 1024;                     // path MTU in bytes
+  RecvSource* xrc_target = nullptr;        // XRC_RECV: the SRQ of the request at hand (or last handled)
+  XrcRemote* xrc_remote = nullptr;         // ... when that SRQ is another process's (xrc_share.hpp)
+  uint32_t xrc_msg_srqn = 0;               // the SRQ the message in progress began with
+  Dcqcn dcqcn;                             // the requester's rate (congestion.hpp)
+  Clock::time_point cnp_sent_at{};         // the last CNP this QP sent its peer
+  std::unique_ptr<ReorderBuffer> reorder;  // responder: packets kept ahead of a gap (reorder.hpp)
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers

@@ -153,10 +153,16 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t npsn = 1) noexc
   ++nic.counters().req_packets;
   if (qp.type() == verbs::QpType::xrc_send) ++nic.counters().xrc_tx_requests;
   RequesterState& r = qp.req;
-  if (psn_before(psn, r.sent_hwm))
+  if (psn_before(psn, r.sent_hwm)) {
     ++nic.counters().req_retransmits;
-  else
+  } else {
     r.sent_hwm = psn_add(psn, npsn);
+    if (!r.timing && qp.reliable()) {  // time this one (selective.cpp)
+      r.timing = true;
+      r.timed_psn = psn_add(psn, npsn - 1);
+      r.timed_at = Clock::now();
+    }
+  }
 }
 
 // Emits the next packet of a SEND/WRITE (RC or UC).  Returns false when the
@@ -172,7 +178,7 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   wire::Headers h = base_headers(qp, w, data_opcode(uc, w.opcode, first, last), r.send_psn);
   h.bth.solicited = last && (w.flags & verbs::send_flags::kSolicited);
   const uint32_t ack_every = std::max<uint32_t>(1, window_pkts(qp) / 2);
-  h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0);
+  h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0 || r.force_ack);
   if (first && (w.opcode == WrOpcode::rdma_write || w.opcode == WrOpcode::rdma_write_with_imm)) {
     h.reth.va = w.remote_addr;
     h.reth.rkey = w.rkey;
@@ -287,6 +293,31 @@ void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   ++nic.counters().req_packets;
 }
 
+// Resends the packet resend_psn alone (selective.cpp), then carries on
+// where transmission was.  False if the QP failed.
+bool resend_one(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  r.resend_one = false;
+  uint32_t idx;
+  if (psn_before(r.resend_psn, r.una_psn) || !find_wqe(qp, r.resend_psn, idx)) return true;  // acknowledged
+  SendWqe& w = qp.sq.at(idx);
+  if (w.done || is_rd_atomic(w.opcode)) return true;
+  const uint32_t send_idx = r.send_idx, send_pkt = r.send_pkt, send_psn = r.send_psn;
+  r.send_idx = idx;
+  r.send_pkt = uint32_t(psn_diff(r.resend_psn, w.first_psn));
+  r.send_psn = r.resend_psn;
+  r.force_ack = true;
+  ensure_room(nic);
+  emit_data(nic, qp, w, idx);
+  r.force_ack = false;
+  if (qp.state() == verbs::QpState::err) return false;
+  r.send_idx = send_idx;
+  r.send_pkt = send_pkt;
+  r.send_psn = send_psn;
+  ++nic.counters().req_selective_resends;
+  return true;
+}
+
 }  // namespace
 
 bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
@@ -298,6 +329,17 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   while (true) {
     const verbs::QpState st = qp.state();
     if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
+    if (r.resend_one) {  // a lost packet, alone (selective.cpp)
+      if (budget == 0) {
+        more = true;
+        break;
+      }
+      if (!pace_allows(nic, qp)) break;
+      --budget;
+      sent = true;
+      if (!resend_one(nic, qp)) break;
+      continue;
+    }
     if (r.send_idx == qp.sq.tail()) break;
     if (budget == 0) {
       more = true;

@@ -47,6 +47,17 @@ void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept;
 // The peer acknowledged `acked` more packets.
 void window_on_ack(QpEngine& qp, uint32_t acked) noexcept;
 
+// Selective repeat (selective.cpp).  A sequence NAK for `psn`: true if it
+// is answered by resending that packet alone (the peer keeps what follows,
+// or this recovery finds out whether it does), false for go-back-N.
+bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
+// After a response moved una: settles a probe, ends a resend's check.
+void sr_on_progress(Nic& nic, QpEngine& qp) noexcept;
+// The timer: a packet resent alone and still unacknowledged goes again.
+void sr_on_timer(Nic& nic, QpEngine& qp) noexcept;
+// Takes an RTT sample when una passed the timed packet.
+void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept;
+
 // Local ACK timeout of the QP attribute: 4.096 us * 2^timeout, at least 1 ms
 // (a user-space stack's scheduling jitter is larger than a NIC's).  Timeout 0
 // means "infinite" (IBA 9.7.6.1.3): we still retransmit, never give up.

@@ -29,6 +29,12 @@ void responder_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noex
 // away repeats its final ACK, so that the peer's last message is not left
 // to be resent to nobody when that ACK is lost (issue 14 item 5).
 void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept;
+// Selective repeat (responder_sr.cpp): keeps a request packet `ahead` PSNs
+// beyond the expected one, and executes kept packets once the expected one
+// has arrived.
+void responder_keep(Nic& nic, QpEngine& qp, const wire::Packet& pkt, uint32_t ahead) noexcept;
+void responder_drain(Nic& nic, QpEngine& qp) noexcept;
+void responder_after_kept(Nic& nic, QpEngine& qp) noexcept;
 // The remote access check (rkey, PD, QP and MR access rights, bounds):
 // the address of `len` bytes at `va`, or nullptr, counted by cause.
 uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint64_t va, uint32_t len,

@@ -40,6 +40,9 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   uint32_t idx;
   if (!find_wqe(qp, psn, idx)) return;
   SendWqe& w = qp.sq.at(idx);
+  // Everything from here goes again: a selective resend or probe in
+  // progress is moot, and no RTT sample spans a resend (Karn).
+  r.resend_one = r.probing = r.sr_check = r.timing = false;
   r.send_idx = idx;
   r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
   r.send_psn = psn;
@@ -123,6 +126,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
       return;
     }
   }
+  if (r.sr_check) sr_on_timer(nic, qp);
   if (r.retry == RetryTimer::off) return;
   if (r.una_psn == r.next_psn) {  // nothing outstanding
     transition(qp.qpn(), r.retry, RetryTimer::off);

@@ -1,0 +1,119 @@
+// The requester's side of selective repeat, and its RTT estimate
+// (docs/congestion.md).
+//
+// A responder that keeps the packets following a lost one (reorder.hpp)
+// needs only the lost one again.  Nothing on the wire says whether a peer
+// does, and nothing needs to: the first recovery finds out.  On a sequence
+// NAK for P the requester resends P alone, asking for an ACK.  If the next
+// acknowledgement covers P+1 as well (sent before, not resent), the peer
+// kept it: from then on every NAK is answered by resending the named
+// packet only.  If it covers P and no more, nothing was kept (or P+1 was
+// lost too): the requester goes back N from P+1, having sent exactly the
+// packets go-back-N sends, one round trip later.  After kProbes such
+// answers the peer is taken for a go-back-N responder (rdma_rxe, a NIC)
+// and treated as one.
+#include <algorithm>
+
+#include "common/log.hpp"
+#include "transport/requester.hpp"
+
+namespace uroce::transport {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint8_t kProbes = 3;
+constexpr std::chrono::nanoseconds kMinResendWait = 250us;
+constexpr std::chrono::nanoseconds kFirstResendWait = 1ms;  // before any RTT sample
+
+// How long a packet resent alone may go unacknowledged before it is resent
+// again: about two round trips, never longer than the QP's own timeout.
+std::chrono::nanoseconds resend_wait(const QpEngine& qp) noexcept {
+  const RequesterState& r = qp.req;
+  std::chrono::nanoseconds t =
+      r.srtt_ns == 0 ? kFirstResendWait : std::chrono::nanoseconds(2 * r.srtt_ns + 4 * r.rttvar_ns);
+  t = std::max(t, kMinResendWait) * r.sr_backoff;
+  return std::min(t, retransmit_interval(qp.attr.timeout));
+}
+
+}  // namespace
+
+bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
+  RequesterState& r = qp.req;
+  r.timing = false;  // Karn: no sample across a resend
+  if (!nic.config().cc.selective_repeat || r.peer_sr == PeerSr::drops) return false;
+  // Going back already (an earlier NAK, a timeout): that pass resends it.
+  if (psn_before(r.send_psn, r.sent_hwm)) return false;
+  // Nothing sent after it: resending it alone is go-back-N.
+  if (!psn_before(psn_add(psn, 1), r.sent_hwm)) return false;
+  uint32_t idx;
+  if (!find_wqe(qp, psn, idx) || is_rd_atomic(qp.sq.at(idx).opcode)) return false;
+  if (r.peer_sr == PeerSr::unknown) {
+    if (r.probing) return false;
+    r.probing = true;
+    r.probe_psn = psn;
+  }
+  r.resend_one = true;
+  r.resend_psn = psn;
+  r.sr_check = true;
+  r.sr_check_psn = psn;
+  r.sr_backoff = 1;
+  r.sr_check_at = nic.now() + resend_wait(qp);
+  nic.arm_timer(qp, r.sr_check_at);
+  nic.schedule(qp);
+  return true;
+}
+
+void sr_on_progress(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  if (r.sr_check && psn_before(r.sr_check_psn, r.una_psn)) r.sr_check = false;
+  if (!r.probing || !psn_before(r.probe_psn, r.una_psn)) return;
+  r.probing = false;
+  if (psn_before(psn_add(r.probe_psn, 1), r.una_psn)) {
+    if (r.peer_sr != PeerSr::keeps) ++nic.counters().req_sr_peers;
+    transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
+    return;
+  }
+  // Acknowledged up to the probe and no further: go back N from there.
+  ++nic.counters().req_sr_probes_failed;
+  if (++r.sr_failed >= kProbes) transition(qp.qpn(), r.peer_sr, PeerSr::drops);
+  if (psn_before(r.una_psn, r.sent_hwm) && !psn_before(r.send_psn, r.sent_hwm)) go_back(nic, qp, r.una_psn);
+}
+
+void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  if (!r.sr_check) return;
+  if (psn_before(r.sr_check_psn, r.una_psn)) {
+    r.sr_check = false;
+    return;
+  }
+  if (nic.now() < r.sr_check_at) {
+    nic.arm_timer(qp, r.sr_check_at);
+    return;
+  }
+  // Lost again (or its ACK was): once more, waiting twice as long next time.
+  r.resend_one = true;
+  r.resend_psn = r.sr_check_psn;
+  r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 64);
+  r.sr_check_at = nic.now() + resend_wait(qp);
+  nic.arm_timer(qp, r.sr_check_at);
+  nic.schedule(qp);
+}
+
+void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  if (!r.timing || !psn_before(r.timed_psn, r.una_psn)) return;
+  r.timing = false;
+  const int64_t m = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.timed_at).count();
+  if (r.srtt_ns == 0) {  // RFC 6298's estimator
+    r.srtt_ns = m;
+    r.rttvar_ns = m / 2;
+  } else {
+    r.rttvar_ns += (std::abs(r.srtt_ns - m) - r.rttvar_ns) / 4;
+    r.srtt_ns += (m - r.srtt_ns) / 8;
+  }
+  nic.counters().srtt_us = uint64_t(r.srtt_ns / 1000);
+}
+
+}  // namespace uroce::transport
