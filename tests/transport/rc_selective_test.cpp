@@ -3,6 +3,7 @@
 // packet, a requester that resends only the lost one once it has seen that,
 // and go-back-N, packet for packet, with a responder that keeps nothing.
 #include "fake_wire.hpp"
+#include "net/fault_io.hpp"
 
 namespace uroce::test {
 namespace {
@@ -72,19 +73,46 @@ TEST(RcSelectiveRepeat, OnlyTheLostPacketIsSentAgain) {
 }
 
 // Holes found one after another: each is NAKed as soon as the one before it
-// is filled, and resent alone.
-TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneByOne) {
+// is filled.  A hole right after a run just resent is taken for a burst
+// lost: twice as many go (the extra one, kept already, is a duplicate).
+TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneAfterAnother) {
   Fake f;
   f.net->set_recording(true);
   lose(f, {2, 4, 5});
   send_10k(*f.p, 1);
   const Counters ca = f.p->a.counters(), cb = f.p->b.counters();
   EXPECT_EQ(cb.resp_seq_naks_sent, 3u);
-  EXPECT_EQ(cb.resp_duplicates, 0u);
-  EXPECT_EQ(ca.req_selective_resends, 3u);
-  EXPECT_EQ(ca.req_retransmits, 3u);
+  EXPECT_EQ(cb.resp_duplicates, 1u);
+  EXPECT_EQ(ca.req_selective_resends, 4u);
+  EXPECT_EQ(ca.req_retransmits, 4u);
   EXPECT_EQ(ca.req_timeouts, 0u);
-  EXPECT_EQ(sent_psns(f), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 4, 5}));
+  EXPECT_EQ(sent_psns(f), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 4, 5, 6}));
+}
+
+// A burst lost whole (a GSO train dropped by a switch): the first recovery
+// follows it one packet at a time until the acknowledgement jumps over the
+// kept packets; once the peer is known to keep, runs double: 1, 2, 4, ...
+TEST(RcSelectiveRepeat, ABurstLostWholeIsResentInDoublingRuns) {
+  Fake f;
+  f.net->set_recording(true);
+  lose(f, {2, 3, 4, 5, 6, 7, 8, 12, 13, 14, 15, 16, 17, 18});
+  send_10k(*f.p, 1);
+  send_10k(*f.p, 2);
+  const Counters ca = f.p->a.counters();
+  EXPECT_EQ(ca.req_sr_peers, 1u);
+  EXPECT_EQ(ca.req_sr_probes_failed, 0u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  // First burst, 2..8: the probe follows it, one PSN per NAK (7 NAKs).
+  // Second, 12..18, to a peer known to keep: runs of 1, 2 and 4 (3 NAKs).
+  // (A resend is sent once more if its ACK is slow to come: the watch on
+  // una, after about two round trips.)
+  EXPECT_EQ(ca.req_seq_naks_rcvd, 10u);
+  EXPECT_GE(ca.req_selective_resends, 14u);
+  EXPECT_LE(ca.req_selective_resends, 16u);
+  const std::vector<uint32_t> psns = sent_psns(f);
+  const std::vector<uint32_t> first = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_GE(psns.size(), first.size());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), psns.begin()));
 }
 
 // The resend is lost too: the requester sends it again after about two
@@ -170,6 +198,46 @@ TEST(RcSelectiveRepeat, AGoBackNRequesterIsServedByAKeepingResponder) {
   EXPECT_EQ(ca.req_retransmits, 7u);
   EXPECT_EQ(cb.resp_ooo_kept, 6u);
   EXPECT_EQ(cb.resp_duplicates, 6u);
+}
+
+}  // namespace
+}  // namespace uroce::test
+
+namespace uroce::test {
+namespace {
+
+// Random loss (1% of packets, each way, a fixed seed) under a stream of
+// 1 MiB WRITEs: the peer is recognised as keeping at the first recovery,
+// every loss is answered by its packet alone, no timeout fires, and every
+// byte lands.
+TEST(RcSelectiveRepeat, RandomLossIsRecoveredPacketByPacket) {
+  PairOptions o;
+  o.mtu = Mtu::m4096;
+  o.buf_size = 4 << 20;
+  o.wrap = [](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
+    FaultConfig fc;
+    fc.seed = uint64_t(io->local().addr.bytes()[15]);
+    fc.tx.drop = 0.01;
+    return std::move(net::FaultIo::wrap(std::move(io), fc).value());
+  };
+  Fake f(o);
+  Pair& p = *f.p;
+  fill_pattern(p.a.buf.data(), 4 << 20, 9);
+  for (uint64_t i = 0; i < 16; ++i) {
+    Sge sge = p.a.sge((i % 4) << 20, 1 << 20);
+    SendWr wr = make_wr(i, WrOpcode::rdma_write, &sge, p.b.addr((i % 4) << 20), p.b.mr->rkey());
+    ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  }
+  for (uint64_t i = 0; i < 16; ++i) expect_one(*p.a.scq, i, WcOpcode::rdma_write, 1 << 20, 20000);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 4 << 20), -1);
+  const Counters ca = p.a.counters(), cb = p.b.counters();
+  // Each packet lost was resent once, alone.
+  EXPECT_EQ(ca.req_retransmits, ca.fault_tx_dropped + cb.fault_tx_dropped);
+  EXPECT_EQ(ca.req_selective_resends, ca.req_retransmits);
+  EXPECT_EQ(cb.resp_ooo_kept, cb.resp_ooo_executed);
+  EXPECT_EQ(ca.req_sr_peers, 1u);
+  EXPECT_EQ(ca.req_sr_probes_failed, 0u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
 }
 
 }  // namespace

@@ -75,8 +75,8 @@ void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
   switch (wire::NakCode(code)) {
     case wire::NakCode::psn_sequence_error:
       ++c.req_seq_naks_rcvd;
-      window_on_loss(nic, qp, false);
-      sr_on_progress(nic, qp);  // a probe the NAK settles goes first
+      if (qp.req.peer_sr != PeerSr::keeps) window_on_loss(nic, qp, false);
+      sr_on_progress(nic, qp, true);  // a probe the NAK settles goes first
       if (!sr_on_seq_nak(nic, qp, psn)) go_back(nic, qp, psn);
       return;
     case wire::NakCode::invalid_request: st = WcStatus::rem_inv_req_err; break;
@@ -236,7 +236,7 @@ void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
       default: ++nic.counters().req_stale_responses; break;
     }
   }
-  if ((r.probing || r.sr_check) && qp.state() != verbs::QpState::err) sr_on_progress(nic, qp);
+  if ((r.probing || r.sr_check) && qp.state() != verbs::QpState::err) sr_on_progress(nic, qp, false);
 }
 
 }  // namespace uroce::transport

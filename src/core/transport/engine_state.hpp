@@ -75,10 +75,13 @@ struct RequesterState {
   uint8_t sr_failed = 0;  // recoveries that showed nothing kept
   bool probing = false;   // probe_psn was resent alone to learn what the peer keeps
   uint32_t probe_psn = 0;
-  bool resend_one = false;  // resend_psn alone goes out before anything else
+  uint8_t probe_ext = 0;     // the probe moved on to the next PSN, also missing
+  uint32_t resend_left = 0;  // packets from resend_psn to resend before anything else
   uint32_t resend_psn = 0;
+  uint32_t run_end = 0;    // one past the last run resent, and its length: a NAK right
+  uint32_t run_len = 0;    // after it (a burst lost) resends twice as many
   bool force_ack = false;  // the packet being built asks for an ACK
-  bool sr_check = false;   // sr_check_psn, resent alone, is resent again if unacknowledged at sr_check_at
+  bool sr_check = false;   // una (sr_check_psn) is resent alone if still unacknowledged at sr_check_at
   uint32_t sr_check_psn = 0;
   uint32_t sr_backoff = 1;
   Clock::time_point sr_check_at;

@@ -293,20 +293,27 @@ void emit_ud(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   ++nic.counters().req_packets;
 }
 
-// Resends the packet resend_psn alone (selective.cpp), then carries on
-// where transmission was.  False if the QP failed.
+// Resends the packet resend_psn (selective.cpp: a run of resend_left
+// packets from it, the last asking for an ACK), then carries on where
+// transmission was.  False if the QP failed.
 bool resend_one(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
-  r.resend_one = false;
+  const uint32_t psn = r.resend_psn;
+  --r.resend_left;
+  r.resend_psn = psn_add(psn, 1);
+  if (psn_before(psn, r.una_psn)) return true;  // acknowledged meanwhile
   uint32_t idx;
-  if (psn_before(r.resend_psn, r.una_psn) || !find_wqe(qp, r.resend_psn, idx)) return true;  // acknowledged
+  if (!psn_before(psn, r.sent_hwm) || !find_wqe(qp, psn, idx) || qp.sq.at(idx).done ||
+      is_rd_atomic(qp.sq.at(idx).opcode)) {
+    r.resend_left = 0;
+    return true;
+  }
   SendWqe& w = qp.sq.at(idx);
-  if (w.done || is_rd_atomic(w.opcode)) return true;
   const uint32_t send_idx = r.send_idx, send_pkt = r.send_pkt, send_psn = r.send_psn;
   r.send_idx = idx;
-  r.send_pkt = uint32_t(psn_diff(r.resend_psn, w.first_psn));
-  r.send_psn = r.resend_psn;
-  r.force_ack = true;
+  r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
+  r.send_psn = psn;
+  r.force_ack = r.resend_left == 0 || !psn_before(r.resend_psn, r.sent_hwm);
   ensure_room(nic);
   emit_data(nic, qp, w, idx);
   r.force_ack = false;
@@ -329,7 +336,7 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   while (true) {
     const verbs::QpState st = qp.state();
     if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
-    if (r.resend_one) {  // a lost packet, alone (selective.cpp)
+    if (r.resend_left > 0) {  // lost packets, alone (selective.cpp)
       if (budget == 0) {
         more = true;
         break;
@@ -389,7 +396,10 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
       }
     }
   }
-  if (sent && rc) requester_arm_retransmit(nic, qp);
+  if (sent && rc) {
+    requester_arm_retransmit(nic, qp);
+    sr_on_sent(nic, qp);
+  }
   return more;
 }
 

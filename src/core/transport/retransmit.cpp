@@ -42,7 +42,8 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   SendWqe& w = qp.sq.at(idx);
   // Everything from here goes again: a selective resend or probe in
   // progress is moot, and no RTT sample spans a resend (Karn).
-  r.resend_one = r.probing = r.sr_check = r.timing = false;
+  r.probing = r.sr_check = r.timing = false;
+  r.resend_left = 0;
   r.send_idx = idx;
   r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
   r.send_psn = psn;

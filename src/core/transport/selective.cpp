@@ -24,6 +24,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr uint8_t kProbes = 3;
+constexpr uint8_t kProbeSteps = 16;  // a probe follows a burst at most this far
+constexpr uint32_t kMaxRun = 64;     // the longest run resent at once (a GSO train)
 constexpr std::chrono::nanoseconds kMinResendWait = 250us;
 constexpr std::chrono::nanoseconds kFirstResendWait = 1ms;  // before any RTT sample
 
@@ -35,6 +37,18 @@ std::chrono::nanoseconds resend_wait(const QpEngine& qp) noexcept {
       r.srtt_ns == 0 ? kFirstResendWait : std::chrono::nanoseconds(2 * r.srtt_ns + 4 * r.rttvar_ns);
   t = std::max(t, kMinResendWait) * r.sr_backoff;
   return std::min(t, retransmit_interval(qp.attr.timeout));
+}
+
+// Watches una: if it has not moved by sr_check_at, its packet goes again
+// alone (a lost resend, a lost NAK, a lost last ACK), waiting twice as long
+// each time.
+void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
+  RequesterState& r = qp.req;
+  r.sr_check = true;
+  r.sr_check_psn = psn;
+  r.sr_backoff = 1;
+  r.sr_check_at = nic.now() + resend_wait(qp);
+  nic.arm_timer(qp, r.sr_check_at);
 }
 
 }  // namespace
@@ -49,51 +63,74 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   if (!psn_before(psn_add(psn, 1), r.sent_hwm)) return false;
   uint32_t idx;
   if (!find_wqe(qp, psn, idx) || is_rd_atomic(qp.sq.at(idx).opcode)) return false;
+  uint32_t n = 1;
   if (r.peer_sr == PeerSr::unknown) {
-    if (r.probing) return false;
-    r.probing = true;
-    r.probe_psn = psn;
+    if (r.probing && psn != r.probe_psn) return false;
+    if (!r.probing) {
+      r.probing = true;
+      r.probe_psn = psn;
+      r.probe_ext = 0;
+    }
+  } else if (psn == r.run_end) {
+    // The packet after the run just resent is missing too: a burst was lost
+    // (a GSO train dropped whole).  Twice as many this time.
+    n = std::min(r.run_len * 2, kMaxRun);
   }
-  r.resend_one = true;
   r.resend_psn = psn;
-  r.sr_check = true;
-  r.sr_check_psn = psn;
-  r.sr_backoff = 1;
-  r.sr_check_at = nic.now() + resend_wait(qp);
-  nic.arm_timer(qp, r.sr_check_at);
+  r.resend_left = n;
+  r.run_end = psn_add(psn, n);
+  r.run_len = n;
+  watch(nic, qp, psn);
   nic.schedule(qp);
   return true;
 }
 
-void sr_on_progress(Nic& nic, QpEngine& qp) noexcept {
+void sr_on_sent(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
-  if (r.sr_check && psn_before(r.sr_check_psn, r.una_psn)) r.sr_check = false;
-  if (!r.probing || !psn_before(r.probe_psn, r.una_psn)) return;
-  r.probing = false;
-  if (psn_before(psn_add(r.probe_psn, 1), r.una_psn)) {
-    if (r.peer_sr != PeerSr::keeps) ++nic.counters().req_sr_peers;
-    transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
-    return;
+  if (r.peer_sr == PeerSr::keeps && !r.sr_check && r.una_psn != r.next_psn) watch(nic, qp, r.una_psn);
+}
+
+void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept {
+  RequesterState& r = qp.req;
+  if (r.probing && psn_before(r.probe_psn, r.una_psn)) {
+    if (psn_before(psn_add(r.probe_psn, 1), r.una_psn)) {
+      r.probing = false;
+      if (r.peer_sr != PeerSr::keeps) ++nic.counters().req_sr_peers;
+      transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
+    } else if (nak && r.probe_ext < kProbeSteps) {
+      // A NAK for the next PSN: it was lost as well (a burst), or the peer
+      // dropped it after our resend.  Resend that one alone too and see.
+      r.probe_psn = r.una_psn;
+      ++r.probe_ext;
+    } else {
+      // Acknowledged up to the probe and no further: go back N from there.
+      r.probing = false;
+      ++nic.counters().req_sr_probes_failed;
+      if (++r.sr_failed >= kProbes) transition(qp.qpn(), r.peer_sr, PeerSr::drops);
+      if (psn_before(r.una_psn, r.sent_hwm) && !psn_before(r.send_psn, r.sent_hwm)) go_back(nic, qp, r.una_psn);
+    }
   }
-  // Acknowledged up to the probe and no further: go back N from there.
-  ++nic.counters().req_sr_probes_failed;
-  if (++r.sr_failed >= kProbes) transition(qp.qpn(), r.peer_sr, PeerSr::drops);
-  if (psn_before(r.una_psn, r.sent_hwm) && !psn_before(r.send_psn, r.sent_hwm)) go_back(nic, qp, r.una_psn);
+  if (r.sr_check && psn_before(r.sr_check_psn, r.una_psn)) {
+    // Progress: watch the new una (a peer that keeps), or stop.
+    r.sr_check = false;
+    sr_on_sent(nic, qp);
+  }
 }
 
 void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   if (!r.sr_check) return;
-  if (psn_before(r.sr_check_psn, r.una_psn)) {
+  if (r.una_psn == r.next_psn || psn_before(r.sr_check_psn, r.una_psn)) {
     r.sr_check = false;
+    sr_on_sent(nic, qp);
     return;
   }
   if (nic.now() < r.sr_check_at) {
     nic.arm_timer(qp, r.sr_check_at);
     return;
   }
-  // Lost again (or its ACK was): once more, waiting twice as long next time.
-  r.resend_one = true;
+  // No progress for about two round trips: the packet at una goes again.
+  r.resend_left = 1;
   r.resend_psn = r.sr_check_psn;
   r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 64);
   r.sr_check_at = nic.now() + resend_wait(qp);
