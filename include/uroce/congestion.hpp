@@ -38,6 +38,11 @@ struct CongestionConfig {
   // and a requester whose peer does so resends only what was lost
   // (UROCE_SR=0: go-back-N on both sides, as rdma_rxe).
   bool selective_repeat = true;
+  // A packet resent alone (or una, to a peer that keeps) that stays
+  // unacknowledged for about two round trips, and at least this long, goes
+  // again.  Scheduling delays of a loaded host exceed a LAN's round trip:
+  // below this a slow ACK would draw needless resends.
+  std::chrono::microseconds resend_wait_min{500};
 };
 
 }  // namespace uroce

@@ -2,6 +2,8 @@
 // that loses chosen packets: a responder that keeps what follows a lost
 // packet, a requester that resends only the lost one once it has seen that,
 // and go-back-N, packet for packet, with a responder that keeps nothing.
+#include <chrono>
+
 #include "fake_wire.hpp"
 #include "net/fault_io.hpp"
 
@@ -9,6 +11,16 @@ namespace uroce::test {
 namespace {
 
 namespace op = wire::op;
+
+// Selective repeat on both sides; a resend goes again only after `wait`
+// without its ACK (the default, 500 us, is shorter than a loaded test
+// machine's scheduling delays: exact packet counts would depend on them).
+PairOptions patient(std::chrono::milliseconds wait = std::chrono::hours(1), PairOptions o = {}) {
+  transport::CongestionConfig c;
+  c.resend_wait_min = wait;
+  o.congestion = c;
+  return o;
+}
 
 // The PSNs of A's request packets, in the order they were sent.
 std::vector<uint32_t> sent_psns(Fake& f) {
@@ -44,7 +56,7 @@ void send_10k(Pair& p, uint64_t id) {
 }
 
 TEST(RcSelectiveRepeat, OnlyTheLostPacketIsSentAgain) {
-  Fake f;
+  Fake f(patient());
   f.net->set_recording(true);
   lose(f, {3});
   send_10k(*f.p, 1);
@@ -76,7 +88,7 @@ TEST(RcSelectiveRepeat, OnlyTheLostPacketIsSentAgain) {
 // is filled.  A hole right after a run just resent is taken for a burst
 // lost: twice as many go (the extra one, kept already, is a duplicate).
 TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneAfterAnother) {
-  Fake f;
+  Fake f(patient());
   f.net->set_recording(true);
   lose(f, {2, 4, 5});
   send_10k(*f.p, 1);
@@ -93,7 +105,7 @@ TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneAfterAnother) {
 // follows it one packet at a time until the acknowledgement jumps over the
 // kept packets; once the peer is known to keep, runs double: 1, 2, 4, ...
 TEST(RcSelectiveRepeat, ABurstLostWholeIsResentInDoublingRuns) {
-  Fake f;
+  Fake f(patient());
   f.net->set_recording(true);
   lose(f, {2, 3, 4, 5, 6, 7, 8, 12, 13, 14, 15, 16, 17, 18});
   send_10k(*f.p, 1);
@@ -116,23 +128,27 @@ TEST(RcSelectiveRepeat, ABurstLostWholeIsResentInDoublingRuns) {
 }
 
 // The resend is lost too: the requester sends it again after about two
-// round trips, long before the QP's retransmission timeout (67 ms).
+// round trips (here at least 5 ms), long before the QP's retransmission
+// timeout (67 ms).
 TEST(RcSelectiveRepeat, ALostResendGoesAgainWithoutATimeout) {
-  Fake f;
+  Fake f(patient(std::chrono::milliseconds(5)));
   f.net->set_recording(true);
   lose(f, {6, 6});
   send_10k(*f.p, 1);
   const Counters ca = f.p->a.counters();
-  EXPECT_EQ(ca.req_selective_resends, 2u);
-  EXPECT_EQ(ca.req_retransmits, 2u);
+  EXPECT_GE(ca.req_selective_resends, 2u);
+  EXPECT_EQ(ca.req_retransmits, ca.req_selective_resends);
   EXPECT_EQ(ca.req_timeouts, 0u);
-  EXPECT_EQ(sent_psns(f), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 6, 6}));
+  const std::vector<uint32_t> psns = sent_psns(f);
+  const std::vector<uint32_t> want = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 6, 6};
+  ASSERT_GE(psns.size(), want.size());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), psns.begin()));
 }
 
 // Packets that arrive in reverse order are all kept: the NAK the first one
 // drew is superseded by the ACK of them all before it leaves.
 TEST(RcSelectiveRepeat, ReorderedPacketsNeedNoResend) {
-  Fake f;
+  Fake f(patient());
   Pair& p = *f.p;
   fill_pattern(p.a.buf.data(), 6 * 1024, 8);
   ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(0, 8192)}).ok());
@@ -157,7 +173,7 @@ TEST(RcSelectiveRepeat, ReorderedPacketsNeedNoResend) {
 // A responder that keeps nothing (rdma_rxe, a NIC): the requester's resend of
 // the lost packet alone is answered by an ACK of that packet only, and it
 // goes back N from the next one -- the very packets go-back-N sends, in the
-// same order.  After three such recoveries it no longer tries.
+// same order.  After eight such recoveries it no longer tries.
 TEST(RcSelectiveRepeat, AGoBackNResponderSeesGoBackNPacketForPacket) {
   std::vector<uint32_t> want;
   {
@@ -168,17 +184,19 @@ TEST(RcSelectiveRepeat, AGoBackNResponderSeesGoBackNPacketForPacket) {
     want = sent_psns(g);
     EXPECT_EQ(want, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5, 6, 7, 8, 9}));
   }
-  Fake f(go_back_n(true));
+  PairOptions o = go_back_n(true);
+  o.congestion->resend_wait_min = std::chrono::hours(1);
+  Fake f(o);
   f.net->set_recording(true);
-  lose(f, {3, 13, 23, 33});  // one loss in each of four messages
+  lose(f, {3, 13, 23, 33, 43, 53, 63, 73, 83});  // one loss in each of nine messages
   send_10k(*f.p, 1);
   EXPECT_EQ(sent_psns(f), want);
-  for (uint64_t id = 2; id <= 4; ++id) send_10k(*f.p, id);
+  for (uint64_t id = 2; id <= 9; ++id) send_10k(*f.p, id);
   const Counters ca = f.p->a.counters(), cb = f.p->b.counters();
-  EXPECT_EQ(ca.req_sr_probes_failed, 3u);
+  EXPECT_EQ(ca.req_sr_probes_failed, 8u);
   EXPECT_EQ(ca.req_sr_peers, 0u);
-  EXPECT_EQ(ca.req_selective_resends, 3u);  // the fourth loss: plain go-back-N
-  EXPECT_EQ(ca.req_retransmits, 4 * 7u);
+  EXPECT_EQ(ca.req_selective_resends, 8u);  // the ninth loss: plain go-back-N
+  EXPECT_EQ(ca.req_retransmits, 9 * 7u);
   EXPECT_EQ(cb.resp_ooo_kept, 0u);
   EXPECT_EQ(ca.req_timeouts, 0u);
 }
@@ -211,7 +229,7 @@ namespace {
 // every loss is answered by its packet alone, no timeout fires, and every
 // byte lands.
 TEST(RcSelectiveRepeat, RandomLossIsRecoveredPacketByPacket) {
-  PairOptions o;
+  PairOptions o = patient(std::chrono::milliseconds(5));
   o.mtu = Mtu::m4096;
   o.buf_size = 4 << 20;
   o.wrap = [](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
@@ -231,8 +249,10 @@ TEST(RcSelectiveRepeat, RandomLossIsRecoveredPacketByPacket) {
   for (uint64_t i = 0; i < 16; ++i) expect_one(*p.a.scq, i, WcOpcode::rdma_write, 1 << 20, 20000);
   EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 4 << 20), -1);
   const Counters ca = p.a.counters(), cb = p.b.counters();
-  // Each packet lost was resent once, alone.
-  EXPECT_EQ(ca.req_retransmits, ca.fault_tx_dropped + cb.fault_tx_dropped);
+  // Each packet lost was resent alone, about once (a lost NAK or ACK, or
+  // one slower than 5 ms, costs a resend of una).
+  EXPECT_GE(ca.req_retransmits, ca.fault_tx_dropped);
+  EXPECT_LE(ca.req_retransmits, ca.fault_tx_dropped + cb.fault_tx_dropped + 4);
   EXPECT_EQ(ca.req_selective_resends, ca.req_retransmits);
   EXPECT_EQ(cb.resp_ooo_kept, cb.resp_ooo_executed);
   EXPECT_EQ(ca.req_sr_peers, 1u);

@@ -23,19 +23,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr uint8_t kProbes = 3;
-constexpr uint8_t kProbeSteps = 16;  // a probe follows a burst at most this far
-constexpr uint32_t kMaxRun = 64;     // the longest run resent at once (a GSO train)
-constexpr std::chrono::nanoseconds kMinResendWait = 250us;
+constexpr uint8_t kProbes = 8;
+constexpr uint8_t kProbeSteps = 16;                         // a probe follows a burst at most this far
+constexpr uint32_t kMaxRun = 64;                            // the longest run resent at once (a GSO train)
 constexpr std::chrono::nanoseconds kFirstResendWait = 1ms;  // before any RTT sample
 
 // How long a packet resent alone may go unacknowledged before it is resent
 // again: about two round trips, never longer than the QP's own timeout.
-std::chrono::nanoseconds resend_wait(const QpEngine& qp) noexcept {
+std::chrono::nanoseconds resend_wait(const Nic& nic, const QpEngine& qp) noexcept {
   const RequesterState& r = qp.req;
   std::chrono::nanoseconds t =
       r.srtt_ns == 0 ? kFirstResendWait : std::chrono::nanoseconds(2 * r.srtt_ns + 4 * r.rttvar_ns);
-  t = std::max(t, kMinResendWait) * r.sr_backoff;
+  t = std::max<std::chrono::nanoseconds>(t, nic.config().cc.resend_wait_min) * r.sr_backoff;
   return std::min(t, retransmit_interval(qp.attr.timeout));
 }
 
@@ -47,7 +46,7 @@ void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   r.sr_check = true;
   r.sr_check_psn = psn;
   r.sr_backoff = 1;
-  r.sr_check_at = nic.now() + resend_wait(qp);
+  r.sr_check_at = nic.now() + resend_wait(nic, qp);
   nic.arm_timer(qp, r.sr_check_at);
 }
 
@@ -132,8 +131,8 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
   // No progress for about two round trips: the packet at una goes again.
   r.resend_left = 1;
   r.resend_psn = r.sr_check_psn;
-  r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 64);
-  r.sr_check_at = nic.now() + resend_wait(qp);
+  r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 8);  // well inside the QP's own timeout
+  r.sr_check_at = nic.now() + resend_wait(nic, qp);
   nic.arm_timer(qp, r.sr_check_at);
   nic.schedule(qp);
 }
