@@ -113,4 +113,21 @@ inline void expect_one(Cq& cq, uint64_t id, WcOpcode opc, uint32_t len, int ms =
   EXPECT_EQ(wc[0].byte_len, len);
 }
 
+// A 6 KiB SEND (six packets at MTU 1024) from A whose packets reach B in
+// reverse order; both completions checked, the bytes compared.
+inline void send_reversed(Fake& f) {
+  Pair& p = *f.p;
+  fill_pattern(p.a.buf.data(), 6 * 1024, 8);
+  ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(0, 8192)}).ok());
+  ASSERT_TRUE(f.net->hold(f.b_ep, true));
+  Sge sge = p.a.sge(0, 6 * 1024);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::send, &sge)).ok());
+  ASSERT_TRUE(wait_until([&] { return f.net->queued(f.b_ep) == 6; }));
+  ASSERT_TRUE(f.net->reverse(f.b_ep));
+  ASSERT_TRUE(f.net->hold(f.b_ep, false));
+  expect_one(*p.a.scq, 1, WcOpcode::send, 6 * 1024);
+  expect_one(*p.b.rcq, 7, WcOpcode::recv, 6 * 1024);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 6 * 1024), -1);
+}
+
 }  // namespace uroce::test

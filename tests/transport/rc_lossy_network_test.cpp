@@ -63,17 +63,7 @@ TEST(RcLossyNetwork, DuplicatedPacketsTakeEffectOnce) {
 TEST(RcLossyNetwork, ReorderedPacketsAreRecovered) {
   Fake f(go_back_n());
   Pair& p = *f.p;
-  fill_pattern(p.a.buf.data(), 6 * 1024, 8);
-  ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(0, 8192)}).ok());
-  ASSERT_TRUE(f.net->hold(f.b_ep, true));
-  Sge sge = p.a.sge(0, 6 * 1024);
-  ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::send, &sge)).ok());
-  ASSERT_TRUE(wait_until([&] { return f.net->queued(f.b_ep) == 6; }));
-  ASSERT_TRUE(f.net->reverse(f.b_ep));
-  ASSERT_TRUE(f.net->hold(f.b_ep, false));
-  expect_one(*p.a.scq, 1, WcOpcode::send, 6 * 1024);
-  expect_one(*p.b.rcq, 7, WcOpcode::recv, 6 * 1024);
-  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 6 * 1024), -1);
+  ASSERT_NO_FATAL_FAILURE(send_reversed(f));
   Counters ca = p.a.counters(), cb = p.b.counters();
   EXPECT_EQ(cb.resp_seq_naks_sent, 1u);
   EXPECT_EQ(cb.resp_future_psn, 5u);  // packets 6..2 came before 1
