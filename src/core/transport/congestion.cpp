@@ -7,6 +7,7 @@
 #include "common/log.hpp"
 #include "transport/nic.hpp"
 #include "transport/qp_engine.hpp"
+#include "transport/requester.hpp"
 #include "wire/opcode.hpp"
 
 namespace uroce::transport {
@@ -83,6 +84,13 @@ bool pace_allows(Nic& nic, QpEngine& qp) noexcept {
   ++nic.counters().cc_paced;
   nic.arm_timer(qp, qp.dcqcn.next_send());
   return false;
+}
+
+uint32_t paced_ack_every(const Nic& nic, const QpEngine& qp) noexcept {
+  const double rate = double(qp.dcqcn.rate(nic.config().cc.dcqcn));  // Mbit/s = bits per us
+  const double quarter_us = double(retransmit_interval(qp.attr.timeout).count()) / 4000.0;
+  const double pkts = quarter_us * rate / (8.0 * double(qp.mtu));
+  return pkts < 1 ? 1 : pkts > 1e6 ? 1000000u : uint32_t(pkts);
 }
 
 void pace_sent(Nic& nic, QpEngine& qp, uint32_t bytes) noexcept {

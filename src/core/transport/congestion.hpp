@@ -41,6 +41,9 @@ void congestion_notified(Nic& nic, QpEngine& qp) noexcept;
 // Whether `qp`'s requester may send now; if not, a timer is armed for when
 // it may.
 bool pace_allows(Nic& nic, QpEngine& qp) noexcept;
+// How many MTU-sized packets a paced QP sends in a quarter of its
+// retransmission interval (at least 1): it asks for an ACK that often.
+uint32_t paced_ack_every(const Nic& nic, const QpEngine& qp) noexcept;
 // A packet of `bytes` (payload + headers) left for `qp`.
 void pace_sent(Nic& nic, QpEngine& qp, uint32_t bytes) noexcept;
 

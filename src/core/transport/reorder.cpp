@@ -31,7 +31,17 @@ ReorderBuffer::Keep ReorderBuffer::keep(const wire::Packet& pkt, uint32_t ahead)
 bool ReorderBuffer::take(uint32_t psn, wire::Packet& out, std::vector<uint8_t>& payload) noexcept {
   if (held_ == 0) return false;
   Slot& s = slots_[psn % kSlots];
-  if (!s.used || s.pkt.hdr.bth.psn != psn) return false;
+  if (!s.used) return false;
+  if (s.pkt.hdr.bth.psn != psn) {
+    // Kept for a PSN the expected one has passed without taking it (a READ's
+    // range covered it): stale, released before the PSN space wraps to it.
+    if (psn_before(s.pkt.hdr.bth.psn, psn)) {
+      bytes_ -= s.data.size();
+      s.used = false;
+      --held_;
+    }
+    return false;
+  }
   payload.swap(s.data);
   out = s.pkt;
   out.payload = payload;

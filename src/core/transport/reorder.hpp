@@ -27,8 +27,10 @@ class ReorderBuffer {
   // Keeps a copy of `pkt` (PSN `pkt.hdr.bth.psn`, `ahead` PSNs after the
   // expected one, 0 < ahead).
   Keep keep(const wire::Packet& pkt, uint32_t ahead) noexcept;
-  // The packet kept for `psn`, if any: copied into `out` (its payload into
-  // `payload`, which `out.payload` then points to) and released.
+  // The packet kept for `psn` (the expected PSN), if any: copied into `out`
+  // (its payload into `payload`, which `out.payload` then points to) and
+  // released.  A stale packet in its slot (kept for a PSN before it) is
+  // released too.
   bool take(uint32_t psn, wire::Packet& out, std::vector<uint8_t>& payload) noexcept;
   // The highest PSN held (valid while !empty()).
   uint32_t highest() const noexcept { return highest_; }

@@ -177,7 +177,10 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   const bool uc = qp.type() == verbs::QpType::uc;
   wire::Headers h = base_headers(qp, w, data_opcode(uc, w.opcode, first, last), r.send_psn);
   h.bth.solicited = last && (w.flags & verbs::send_flags::kSolicited);
-  const uint32_t ack_every = std::max<uint32_t>(1, window_pkts(qp) / 2);
+  uint32_t ack_every = std::max<uint32_t>(1, window_pkts(qp) / 2);
+  // A paced QP sends slowly: it asks for an ACK at least every quarter of its
+  // retransmission interval, or the timer would fire between two ACKs.
+  if (qp.dcqcn.limited()) ack_every = std::min(ack_every, paced_ack_every(nic, qp));
   h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0 || r.force_ack);
   if (first && (w.opcode == WrOpcode::rdma_write || w.opcode == WrOpcode::rdma_write_with_imm)) {
     h.reth.va = w.remote_addr;

@@ -39,6 +39,7 @@ void responder_drain(Nic& nic, QpEngine& qp) noexcept {
     executed = true;
   }
   if (executed) responder_after_kept(nic, qp);
+  if (!rb->empty() && !psn_before(s.epsn, rb->highest())) rb->clear();  // all stale: passed without taking
   if (!rb->empty() && s.seq == SeqNak::clear && s.ack != AckOwed::nak) {
     // Packets kept beyond a PSN still missing: ask for it now.
     responder_nak(nic, qp, s.epsn, wire::NakCode::psn_sequence_error);

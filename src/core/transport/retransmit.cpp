@@ -117,7 +117,14 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
     return;
   }
   const Clock::time_point now = nic.now();
-  if (qp.dcqcn.limited() && now >= qp.dcqcn.next_send()) nic.schedule(qp);  // paced: its turn came
+  if (qp.dcqcn.limited() && (r.send_idx != qp.sq.tail() || r.resend_left > 0)) {
+    // Paced, with packets to send: its turn came, or an earlier timer fired
+    // first (arm_timer keeps only the earliest): ask to be woken again.
+    if (now >= qp.dcqcn.next_send())
+      nic.schedule(qp);
+    else
+      nic.arm_timer(qp, qp.dcqcn.next_send());
+  }
   if (r.rnr == RnrGate::waiting) {
     if (now >= r.rnr_until) {
       transition(qp.qpn(), r.rnr, RnrGate::open);
@@ -131,6 +138,13 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   if (r.retry == RetryTimer::off) return;
   if (r.una_psn == r.next_psn) {  // nothing outstanding
     transition(qp.qpn(), r.retry, RetryTimer::off);
+    return;
+  }
+  if (!psn_before(r.una_psn, r.sent_hwm)) {
+    // Everything sent is acknowledged; what is assigned waits for its turn
+    // (pacing): nothing can have been lost.
+    r.deadline = now + retransmit_interval(qp.attr.timeout);
+    nic.arm_timer(qp, r.deadline);
     return;
   }
   if (now < r.deadline) {

@@ -5,13 +5,15 @@
 // needs only the lost one again.  Nothing on the wire says whether a peer
 // does, and nothing needs to: the first recovery finds out.  On a sequence
 // NAK for P the requester resends P alone, asking for an ACK.  If the next
-// acknowledgement covers P+1 as well (sent before, not resent), the peer
-// kept it: from then on every NAK is answered by resending the named
-// packet only.  If it covers P and no more, nothing was kept (or P+1 was
-// lost too): the requester goes back N from P+1, having sent exactly the
-// packets go-back-N sends, one round trip later.  After kProbes such
-// answers the peer is taken for a go-back-N responder (rdma_rxe, a NIC)
-// and treated as one.
+// acknowledgement covers P+1 and P+2 as well (sent before, not resent; one
+// could have been merely overtaken by P), the peer kept them: from then on
+// every NAK is answered by resending the named packet only.  A NAK for the
+// next missing PSN moves the probe on to it (a burst lost).  An ACK that
+// stops short: nothing was kept (or the rest was lost too), and the
+// requester goes back N from there, having sent exactly the packets
+// go-back-N sends, one round trip later.  After kProbes such answers the
+// peer is taken for a go-back-N responder (rdma_rxe, a NIC) and treated as
+// one.
 #include <algorithm>
 
 #include "common/log.hpp"
@@ -92,7 +94,10 @@ void sr_on_sent(Nic& nic, QpEngine& qp) noexcept {
 void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept {
   RequesterState& r = qp.req;
   if (r.probing && psn_before(r.probe_psn, r.una_psn)) {
-    if (psn_before(psn_add(r.probe_psn, 1), r.una_psn)) {
+    // Two PSNs beyond the probe, sent before it and not resent: kept.  (One
+    // beyond would also be a go-back-N responder's answer to a probe that
+    // overtook its successor.)
+    if (psn_before(psn_add(r.probe_psn, 2), r.una_psn)) {
       r.probing = false;
       if (r.peer_sr != PeerSr::keeps) ++nic.counters().req_sr_peers;
       transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
@@ -128,9 +133,15 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
     nic.arm_timer(qp, r.sr_check_at);
     return;
   }
-  // No progress for about two round trips: the packet at una goes again.
-  r.resend_left = 1;
+  // No progress for about two round trips: the packet at una goes again --
+  // twice as many as last time if that run was acknowledged and the next
+  // packet is missing too (a tail lost with nothing after it to draw a NAK).
+  r.timing = false;
+  const uint32_t n = r.sr_check_psn == r.run_end ? std::min(r.run_len * 2, kMaxRun) : 1;
+  r.resend_left = n;
   r.resend_psn = r.sr_check_psn;
+  r.run_end = psn_add(r.sr_check_psn, n);
+  r.run_len = n;
   r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 8);  // well inside the QP's own timeout
   r.sr_check_at = nic.now() + resend_wait(nic, qp);
   nic.arm_timer(qp, r.sr_check_at);
