@@ -54,25 +54,6 @@ void queue_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept {
     nic.schedule_ack(qp);
 }
 
-}  // namespace
-
-// Kept packets ran (responder_sr.cpp).  An ACK owed covers them too; a
-// pending (unsent) sequence NAK whose gap they filled becomes an ACK of
-// everything received, sparing the requester a resend.  (Without kept
-// packets the NAK stays: it is what tells a go-back-N requester that
-// everything after the gap was dropped.)
-void responder_after_kept(Nic& nic, QpEngine& qp) noexcept {
-  ResponderState& s = qp.resp;
-  const uint32_t last = psn_add(s.epsn, kPsnMask);
-  if (s.ack == AckOwed::ack && psn_before(s.ack_psn, last)) s.ack_psn = last;
-  if (s.ack != AckOwed::seq_nak || !psn_before(s.ack_psn, s.epsn)) return;
-  transition(qp.qpn(), s.ack, AckOwed::none);
-  --nic.counters().resp_seq_naks_sent;  // counted when queued; never sent
-  queue_ack(nic, qp, last, false);
-}
-
-namespace {
-
 void queue_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
   ResponderState& s = qp.resp;
   if (s.ack == AckOwed::nak) return;

@@ -34,7 +34,6 @@ void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept;
 // has arrived.
 void responder_keep(Nic& nic, QpEngine& qp, const wire::Packet& pkt, uint32_t ahead) noexcept;
 void responder_drain(Nic& nic, QpEngine& qp) noexcept;
-void responder_after_kept(Nic& nic, QpEngine& qp) noexcept;
 // The remote access check (rkey, PD, QP and MR access rights, bounds):
 // the address of `len` bytes at `va`, or nullptr, counted by cause.
 uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint64_t va, uint32_t len,

@@ -22,6 +22,25 @@ void responder_keep(Nic& nic, QpEngine& qp, const wire::Packet& pkt, uint32_t ah
   }
 }
 
+namespace {
+
+// Kept packets ran.  An ACK owed covers them too; a
+// pending (unsent) sequence NAK whose gap they filled becomes an ACK of
+// everything received, sparing the requester a resend.  (Without kept
+// packets the NAK stays: it is what tells a go-back-N requester that
+// everything after the gap was dropped.)
+void responder_after_kept(Nic& nic, QpEngine& qp) noexcept {
+  ResponderState& s = qp.resp;
+  const uint32_t last = psn_add(s.epsn, kPsnMask);
+  if (s.ack == AckOwed::ack && psn_before(s.ack_psn, last)) s.ack_psn = last;
+  if (s.ack != AckOwed::seq_nak || !psn_before(s.ack_psn, s.epsn)) return;
+  transition(qp.qpn(), s.ack, AckOwed::none);
+  --nic.counters().resp_seq_naks_sent;  // counted when queued; never sent
+  responder_ack(nic, qp, last, false);
+}
+
+}  // namespace
+
 void responder_drain(Nic& nic, QpEngine& qp) noexcept {
   ReorderBuffer* rb = qp.reorder.get();
   if (!rb || rb->empty()) return;
