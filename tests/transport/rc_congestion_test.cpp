@@ -187,28 +187,39 @@ TEST(RcCongestion, SwitchMarkingAboveAThresholdPacesTheSender) {
   EXPECT_EQ(ca.cc_rate_mbps, 50u);
 }
 
-// A QP paced so slowly that one packet takes longer than its retransmission
-// interval (5 Mbit/s: 1 KiB in 1.6 ms; timeout 8: 1 ms): each message still
+// A QP paced so slowly that a message takes longer than its retransmission
+// interval (1 Mbit/s: 8 KiB in 70 ms; timeout 12: 16.8 ms): each message still
 // leaves when its turn comes (an earlier timer does not swallow the pacing
-// wake-up), asks for its ACK, and no retransmission timeout fires.
+// wake-up), every packet asks for its ACK (a quarter of the interval is less
+// than one packet's time), and no retransmission timeout fires.
 TEST(RcCongestion, APacedQpSlowerThanItsTimerKeepsSending) {
-  CongestionConfig c = dcqcn(50us, 10);
+  CongestionConfig c = dcqcn(50us, 2);
   c.dcqcn.min_rate = 1;
   c.dcqcn.increase_period = std::chrono::hours(1);
   c.dcqcn.increase_bytes = 1ull << 40;
   PairOptions o = with(c);
-  o.timeout = 8;
+  o.timeout = 12;
   Fake f(o);
   Pair& p = *f.p;
   ASSERT_TRUE(f.net->inject(f.a_ep, {f.b_ep, f.a_ep, 0, cnp_bytes(f.b_ep, f.a_ep, p.a.qp->qpn())}));
   send_and_wait(p, 100, 1);  // reads the CNP
-  ASSERT_EQ(p.a.counters().cc_rate_mbps, 5u);
+  ASSERT_EQ(p.a.counters().cc_rate_mbps, 1u);
+  f.net->set_recording(true);
   const auto start = std::chrono::steady_clock::now();
-  for (uint64_t id = 2; id < 10; ++id) send_and_wait(p, 1000, id);
-  // Paced: 1,072 bytes on the wire at 5 Mbit/s take 1,715 us; a send may
-  // spend at most `burst` (200 us) of credit saved while its predecessor's
-  // completion was on its way: at least 1,515 us between two sends.
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 7 * 1515us);
+  for (uint64_t id = 2; id < 6; ++id) send_and_wait(p, 8192, id);
+  // Paced: a 1 KiB packet is 1,096 bytes on the wire, 8,768 us at 1 Mbit/s;
+  // a send may spend at most `burst` (200 us) of credit saved while its
+  // predecessor's completion was on its way.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 31 * 8768us - 4 * 200us);
+  int data = 0;
+  for (const net::FakePacket& fp : f.net->recorded()) {
+    if (fp.src != f.a_ep) continue;
+    const WirePkt w = decode_pkt(fp);
+    ASSERT_TRUE(w.ok);
+    ++data;
+    EXPECT_TRUE(w.hdr.bth.ack_req) << "psn " << w.psn();
+  }
+  EXPECT_EQ(data, 32);
   const Counters ca = p.a.counters();
   EXPECT_EQ(ca.req_timeouts, 0u);
   EXPECT_EQ(ca.req_retransmits, 0u);
