@@ -1,7 +1,8 @@
 // Congestion control of a device's connected QPs (docs/congestion.md): ECN
-// marking, CNPs, and the rate control that reacts to them.  A device opened
-// without a CongestionConfig takes the mode from UROCE_CC ("dcqcn", the
-// default, or "none") and the parameters below.
+// marking, CNPs, the rate control that reacts to them, and a window that
+// follows the round-trip time.  A device opened without a CongestionConfig
+// takes the mode from UROCE_CC ("swift", the default, "dcqcn" or "none") and
+// the parameters below.
 #pragma once
 
 #include <chrono>
@@ -11,7 +12,8 @@ namespace uroce {
 
 enum class CcMode : uint8_t {
   none,   // packets leave Not-ECT; CNPs are counted and ignored; nothing is paced
-  dcqcn,  // ECT(0), CNPs for CE marks, DCQCN's rate reaction
+  dcqcn,  // ECT(0), CNPs for CE marks, DCQCN's rate reaction; a loss-based window
+  swift,  // dcqcn's, and the window follows the round-trip time (SwiftParams)
 };
 
 // DCQCN (Zhu et al., SIGCOMM 2015).  Rates in Mbit/s.
@@ -31,9 +33,36 @@ struct DcqcnParams {
   std::chrono::microseconds burst{200};            // credit a paced QP may save up (wake-up latency)
 };
 
+// A delay-based window (Kumar et al., "Swift", SIGCOMM 2020) that needs no
+// switch support: below the target round-trip time the window grows by `ai`
+// packets per round trip; above it, it shrinks in proportion to the excess,
+// at most once per round trip.  The target is the path's base RTT (the
+// least seen lately) plus `target_delay`.  A loss is congestion only when
+// the round trip showed a queue; otherwise (random loss) the window stays.
+// A queue that does not drain after `compete_after` cuts in a row is
+// someone else's (a loss-based flow filling a drop-tail buffer): the window
+// then stops yielding to delay and reacts to losses only, until a round
+// trip comes in under the target again.
+struct SwiftParams {
+  // Queueing the window allows above the base RTT.  Above a user-space
+  // host's scheduling noise (tens of us, more when loaded) and the queue a
+  // full window builds at a receiver copying at memory speed.
+  std::chrono::microseconds target_delay{400};
+  double ai = 1.0;          // packets added per round trip below the target
+  double beta = 0.8;        // multiplicative decrease per unit of relative excess delay
+  double max_mdf = 0.5;     // at most this fraction cut at once
+  uint32_t min_window = 2;  // packets
+  // A loss or timeout halves the window down to this many packets and no
+  // further (a window smaller than this is the delay's doing).
+  uint32_t loss_window = 16;
+  std::chrono::milliseconds base_period{5000};  // base RTT: the least of the last one to two periods
+  uint32_t compete_after = 8;
+};
+
 struct CongestionConfig {
-  CcMode mode = CcMode::dcqcn;
+  CcMode mode = CcMode::swift;
   DcqcnParams dcqcn;
+  SwiftParams swift;
   // Loss recovery: a responder keeps packets that arrive after a lost one
   // and a requester whose peer does so resends only what was lost
   // (UROCE_SR=0: go-back-N on both sides, as rdma_rxe).

@@ -2,6 +2,7 @@
 // what leaves ECN-capable, the CNP a CE mark earns (byte for byte), how
 // often, what the sender does with it, and what it ignores.
 #include <chrono>
+#include <thread>
 
 #include "fake_wire.hpp"
 #include "wire/icrc.hpp"
@@ -224,6 +225,65 @@ TEST(RcCongestion, APacedQpSlowerThanItsTimerKeepsSending) {
   EXPECT_EQ(ca.req_timeouts, 0u);
   EXPECT_EQ(ca.req_retransmits, 0u);
   EXPECT_GT(ca.cc_paced, 0u);
+}
+
+// CcMode::swift, the default: the window follows the round trip.
+PairOptions swift() {
+  CongestionConfig c;
+  c.mode = CcMode::swift;
+  return with(c);
+}
+
+void write_and_wait(Pair& p, uint32_t len, uint64_t id) {
+  fill_pattern(p.a.buf.data(), len, uint8_t(id));
+  Sge sge = p.a.sge(0, len);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(id, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+  expect_one(*p.a.scq, id, WcOpcode::rdma_write, len);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), len), -1);
+}
+
+// ACKs held back 20 ms (a queue far above base RTT + 400 us) cut the
+// window once, by max_mdf: 256 -> 128 packets.
+TEST(RcSwift, ARoundTripFarAboveTheTargetHalvesTheWindowOnce) {
+  Fake f(swift());
+  Pair& p = *f.p;
+  for (uint64_t id = 1; id <= 4; ++id) write_and_wait(p, 4096, id);  // base RTT: a few round trips
+  EXPECT_EQ(p.a.counters().cc_window, 256u);
+  EXPECT_EQ(p.a.counters().cc_delay_cuts, 0u);
+  f.net->hold(f.a_ep, true);  // what comes back to A waits
+  fill_pattern(p.a.buf.data(), 64 * 1024, 9);
+  Sge sge = p.a.sge(0, 64 * 1024);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(9, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+  std::this_thread::sleep_for(20ms);
+  f.net->hold(f.a_ep, false);
+  expect_one(*p.a.scq, 9, WcOpcode::rdma_write, 64 * 1024);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 64 * 1024), -1);
+  const Counters ca = p.a.counters();
+  EXPECT_EQ(ca.cc_delay_cuts, 1u);
+  EXPECT_EQ(ca.cc_window, 128u);
+  EXPECT_EQ(ca.req_window_cuts, 0u);
+}
+
+// A lost packet with no queue, to a peer that keeps what follows it, is
+// random loss: one packet resent, the window untouched.  With go-back-N
+// (UROCE_SR=0) the window is loss-based, never delay-based (cc_window
+// stays unset), and the same loss halves it.
+TEST(RcSwift, RandomLossLeavesTheWindowGoBackNHalvesIt) {
+  for (const bool keeps : {true, false}) {
+    PairOptions o = swift();
+    o.congestion_b = o.congestion;
+    o.congestion_b->selective_repeat = keeps;
+    if (!keeps) o.congestion->selective_repeat = false;
+    Fake f(o);
+    Pair& p = *f.p;
+    write_and_wait(p, 4096, 1);
+    f.drop_nth(f.a_ep, wire::op::kRequest, 5);
+    write_and_wait(p, 16 * 1024, 2);
+    const Counters ca = p.a.counters();
+    EXPECT_EQ(ca.req_seq_naks_rcvd, 1u) << keeps;
+    EXPECT_EQ(ca.req_window_cuts, keeps ? 0u : 1u) << keeps;
+    EXPECT_EQ(ca.cc_window, keeps ? 256u : 0u) << keeps;
+  }
 }
 
 }  // namespace

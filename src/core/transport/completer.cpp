@@ -20,7 +20,7 @@ using verbs::WcStatus;
 void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   RequesterState& r = qp.req;
   if (!psn_before(r.una_psn, una)) return;
-  window_on_ack(qp, uint32_t(psn_diff(una, r.una_psn)));
+  window_on_ack(nic, qp, uint32_t(psn_diff(una, r.una_psn)));
   r.una_psn = una;
   rtt_on_ack(nic, qp);
   r.retry_left = qp.attr.retry_cnt;
@@ -55,7 +55,7 @@ bool ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
       const uint32_t missing = psn_add(w.first_psn, w.read_done);
       if (psn_before(qp.req.una_psn, missing)) advance_una(nic, qp, missing);
       ++nic.counters().req_read_gaps;
-      window_on_loss(nic, qp, false);
+      window_on_loss(nic, qp, Loss::read_gap);
       go_back(nic, qp, missing);
       retire(nic, qp);
       return false;
@@ -75,7 +75,7 @@ void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
   switch (wire::NakCode(code)) {
     case wire::NakCode::psn_sequence_error:
       ++c.req_seq_naks_rcvd;
-      if (qp.req.peer_sr != PeerSr::keeps) window_on_loss(nic, qp, false);
+      window_on_loss(nic, qp, Loss::seq_nak);
       sr_on_progress(nic, qp, true);  // a probe the NAK settles goes first
       if (!sr_on_seq_nak(nic, qp, psn)) go_back(nic, qp, psn);
       return;
@@ -155,7 +155,7 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     // goes back to it.
     if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
     ++nic.counters().req_read_gaps;
-    window_on_loss(nic, qp, false);
+    window_on_loss(nic, qp, Loss::read_gap);
     go_back(nic, qp, expected);
     return;
   }

@@ -16,6 +16,7 @@ const char* to_string(CcMode m) noexcept {
   switch (m) {
     case CcMode::none: return "none";
     case CcMode::dcqcn: return "dcqcn";
+    case CcMode::swift: return "swift";
   }
   return "?";
 }
@@ -27,6 +28,8 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
       cfg.mode = CcMode::none;
     } else if (s == "dcqcn") {
       cfg.mode = CcMode::dcqcn;
+    } else if (s == "swift") {
+      cfg.mode = CcMode::swift;
     } else {
       bad = "UROCE_CC";
       return false;

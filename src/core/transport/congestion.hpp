@@ -26,7 +26,7 @@ class QpEngine;
 using uroce::CcMode;
 using uroce::CongestionConfig;
 const char* to_string(CcMode m) noexcept;
-// Applies UROCE_CC ("none", "dcqcn") and UROCE_SR ("0", "1") to `cfg`;
+// Applies UROCE_CC ("swift", "dcqcn", "none") and UROCE_SR ("0", "1") to `cfg`;
 // false with `bad` naming the variable whose value is not one of those.
 bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept;
 

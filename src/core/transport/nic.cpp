@@ -163,7 +163,7 @@ Status Nic::open_io(const IoFactory* factory) {
     cfg_.cc = *cfg_.congestion;
   } else if (const char* bad = nullptr; !congestion_from_env(cfg_.cc, bad)) {
     return err::inval(std::string(bad) + "=" + std::getenv(bad) +
-                      (std::string_view(bad) == "UROCE_SR" ? ": expected 0 or 1" : ": expected none or dcqcn"));
+                      (std::string_view(bad) == "UROCE_SR" ? ": expected 0 or 1" : ": expected swift, dcqcn or none"));
   }
   if (faults_) {
     auto fio = net::FaultIo::wrap(std::move(io_), *faults_);

@@ -181,6 +181,7 @@ void QpEngine::reset() noexcept {
   req = RequesterState{};
   resp = ResponderState{};
   dcqcn = Dcqcn{};
+  swift = Swift{};
   reorder.reset();
   cnp_sent_at = {};
   nic_->detach_lists(*this);

@@ -16,6 +16,7 @@
 #include "transport/engine_state.hpp"
 #include "transport/ports.hpp"
 #include "transport/reorder.hpp"
+#include "transport/swift.hpp"
 #include "transport/work_queue.hpp"
 #include "uroce/types.hpp"
 #include "wire/icrc.hpp"
@@ -134,6 +135,7 @@ class QpEngine {
   XrcRemote* xrc_remote = nullptr;         // ... when that SRQ is another process's (xrc_share.hpp)
   uint32_t xrc_msg_srqn = 0;               // the SRQ the message in progress began with
   Dcqcn dcqcn;                             // the requester's rate (congestion.hpp)
+  Swift swift;                             // the requester's delay-based window (CcMode::swift)
   Clock::time_point cnp_sent_at{};         // the last CNP this QP sent its peer
   std::unique_ptr<ReorderBuffer> reorder;  // responder: packets kept ahead of a gap (reorder.hpp)
 

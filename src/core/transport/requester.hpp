@@ -41,11 +41,14 @@ inline uint32_t window_pkts(const QpEngine& qp) noexcept {
   const uint32_t c = qp.req.cwnd;  // 0: never cut
   return c == 0 || c > m ? m : c;
 }
-// A packet was lost (sequence NAK, READ response gap) or, with `timeout`,
-// nothing came back in time.
-void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept;
+// A packet was lost: a sequence NAK, a gap in READ responses, or nothing
+// came back in time.
+enum class Loss : uint8_t { seq_nak, read_gap, timeout };
+void window_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept;
+// A round trip was measured (selective.cpp): the delay-based window moves.
+void window_on_rtt(Nic& nic, QpEngine& qp, Clock::duration rtt) noexcept;
 // The peer acknowledged `acked` more packets.
-void window_on_ack(QpEngine& qp, uint32_t acked) noexcept;
+void window_on_ack(Nic& nic, QpEngine& qp, uint32_t acked) noexcept;
 
 // Selective repeat (selective.cpp).  A sequence NAK for `psn`: true if it
 // is answered by resending that packet alone (the peer keeps what follows,

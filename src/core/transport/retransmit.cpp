@@ -168,7 +168,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   }
   UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(), r.una_psn, r.retry_left);
   qp.refresh_peer();
-  window_on_loss(nic, qp, true);
+  window_on_loss(nic, qp, Loss::timeout);
   go_back(nic, qp, r.una_psn);
   r.deadline = now + retransmit_interval(qp.attr.timeout);
   nic.arm_timer(qp, r.deadline);

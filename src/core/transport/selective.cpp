@@ -161,6 +161,7 @@ void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept {
     r.srtt_ns += (m - r.srtt_ns) / 8;
   }
   nic.counters().srtt_us = uint64_t(r.srtt_ns / 1000);
+  window_on_rtt(nic, qp, std::chrono::nanoseconds(m));
 }
 
 }  // namespace uroce::transport

@@ -1,19 +1,44 @@
 // The requester's send window: how many packets an RC QP keeps
-// unacknowledged.  Loss-based AIMD, the simplest congestion control: a
-// loss halves the window once per window of packets in flight (later losses
-// of the same window are the same event), a retransmission timeout takes
-// it to the minimum, and every window's worth of acknowledged packets adds
-// kWindowGrowPkts.  On loopback losses mean overflowing socket buffers; on a
-// lossy link a small window also bounds what go-back-N resends per loss.
+// unacknowledged.
+//
+// CcMode::swift (the default) with selective repeat, towards a peer that
+// keeps what follows a loss (or may): the window follows the round-trip
+// time (swift.hpp).  A sequence NAK is congestion only if the round trip
+// showed a queue; a gap in READ responses (resent from the gap on) halves
+// the window.
+//
+// Otherwise (a go-back-N peer, UROCE_SR=0, UROCE_CC=dcqcn/none) loss-based AIMD, the simplest congestion control: a
+// loss halves the window once per window of packets in flight (later losses of the same window are the same event; a
+// peer that keeps turns a sequence NAK into one resend, so that is no cut), a retransmission timeout takes it to the
+// minimum, and every window's worth of acknowledged packets adds
+// kWindowGrowPkts.
 #include <algorithm>
 
 #include "transport/psn.hpp"
 #include "transport/requester.hpp"
 
 namespace uroce::transport {
+namespace {
 
-void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept {
+// Between uroce peers (or while the peer may be one): towards a go-back-N
+// peer every loss costs a window, and loss-based AIMD, which grows back
+// faster, moved more through rdma_rxe at 1% loss (bench/lossy).
+bool delay_based(const Nic& nic, const QpEngine& qp) noexcept {
+  const CongestionConfig& cc = nic.config().cc;
+  return cc.mode == CcMode::swift && cc.selective_repeat && qp.req.peer_sr != PeerSr::drops;
+}
+
+// The swift window, as the requester reads it (0: the maximum).
+void publish(Nic& nic, QpEngine& qp) noexcept {
+  const uint32_t m = max_window_pkts(qp), w = qp.swift.window(m);
+  qp.req.cwnd = w >= m ? 0 : w;
+  nic.counters().cc_window = w;
+}
+
+void cut_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
   RequesterState& r = qp.req;
+  const bool timeout = loss == Loss::timeout;
+  if (loss == Loss::seq_nak && r.peer_sr == PeerSr::keeps) return;
   if (!timeout && r.recovery == Recovery::after_cut && psn_before(r.una_psn, r.recover_psn)) return;
   const uint32_t w = window_pkts(qp);
   const uint32_t cut = timeout ? kMinWindowPkts : std::max(kMinWindowPkts, w / 2);
@@ -24,11 +49,43 @@ void window_on_loss(Nic& nic, QpEngine& qp, bool timeout) noexcept {
   if (cut < w) ++nic.counters().req_window_cuts;
 }
 
-void window_on_ack(QpEngine& qp, uint32_t acked) noexcept {
+}  // namespace
+
+void window_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
+  if (!delay_based(nic, qp)) return cut_on_loss(nic, qp, loss);
+  const SwiftParams& p = nic.config().cc.swift;
+  const uint32_t m = max_window_pkts(qp);
+  RequesterState& r = qp.req;
+  if (loss == Loss::timeout) {
+    qp.swift.on_timeout(p, nic.now(), m);
+    ++nic.counters().req_window_cuts;
+  } else if (r.recovery != Recovery::after_cut || !psn_before(r.una_psn, r.recover_psn)) {
+    // Later losses of the window in flight are the same event.  A peer not
+    // yet known to keep what follows a loss is taken to (its first losses
+    // probe it); a READ response gap is resent from the gap on.
+    const bool random = loss == Loss::seq_nak;
+    if (qp.swift.on_loss(p, nic.now(), m, random)) {
+      ++nic.counters().req_window_cuts;
+      r.recover_psn = r.next_psn;
+      transition(qp.qpn(), r.recovery, Recovery::after_cut);
+    }
+  }
+  publish(nic, qp);
+}
+
+void window_on_rtt(Nic& nic, QpEngine& qp, Clock::duration rtt) noexcept {
+  if (!delay_based(nic, qp)) return;
+  const Swift::Verdict v = qp.swift.on_rtt(nic.config().cc.swift, rtt, nic.now(), max_window_pkts(qp));
+  if (v == Swift::Verdict::cut) ++nic.counters().cc_delay_cuts;
+  publish(nic, qp);
+}
+
+void window_on_ack(Nic& nic, QpEngine& qp, uint32_t acked) noexcept {
   RequesterState& r = qp.req;
   if (r.recovery == Recovery::after_cut && !psn_before(psn_add(r.una_psn, acked), r.recover_psn))
     transition(qp.qpn(), r.recovery, Recovery::none);
-  if (r.cwnd == 0) return;  // at the maximum
+  if (r.cwnd == 0) return;           // at the maximum
+  if (delay_based(nic, qp)) return;  // the round trips move it
   r.cwnd_acked += acked;
   while (r.cwnd_acked >= r.cwnd && r.cwnd != 0) {
     r.cwnd_acked -= r.cwnd;

@@ -1,0 +1,72 @@
+// Swift's window (swift.hpp).
+#include "transport/swift.hpp"
+
+#include <algorithm>
+
+namespace uroce::transport {
+
+uint32_t Swift::window(uint32_t max) const noexcept {
+  if (cwnd_ == 0) return max;
+  return std::max<uint32_t>(1, std::min(max, uint32_t(cwnd_)));
+}
+
+Clock::duration Swift::base() const noexcept {
+  const Clock::duration b = std::min(base_, epoch_min_);
+  return b == Clock::duration::max() ? Clock::duration{} : b;
+}
+
+void Swift::start(uint32_t max) noexcept {
+  if (cwnd_ == 0) cwnd_ = max;
+}
+
+bool Swift::cut(double floor, double factor, Clock::time_point now) noexcept {
+  // Once per round trip: the ACKs of the round trip after a cut still show
+  // the queue the packets before it built.
+  if (last_cut_ != Clock::time_point{} && now - last_cut_ < last_rtt_) return false;
+  last_cut_ = now;
+  cwnd_ = std::max(std::min(floor, cwnd_), cwnd_ * factor);
+  return true;
+}
+
+Swift::Verdict Swift::on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::time_point now, uint32_t max) noexcept {
+  start(max);
+  // The base RTT: the least of this period and the one before, so that a
+  // path that got longer is learnt within two periods.
+  if (epoch_at_ == Clock::time_point{}) epoch_at_ = now;
+  if (now - epoch_at_ >= p.base_period) {
+    base_ = epoch_min_;
+    epoch_min_ = Clock::duration::max();
+    epoch_at_ = now;
+  }
+  epoch_min_ = std::min(epoch_min_, rtt);
+  last_rtt_ = rtt;
+  const Clock::duration t = target(p);
+  if (rtt <= t || competing_) {
+    if (rtt <= t) {
+      competing_ = false;
+      cuts_in_a_row_ = 0;
+    }
+    cwnd_ = std::min(double(max), cwnd_ + p.ai);
+    return Verdict::grew;
+  }
+  const double excess = std::chrono::duration<double>(rtt - t) / std::chrono::duration<double>(rtt);
+  if (!cut(p.min_window, std::max(1.0 - p.beta * excess, 1.0 - p.max_mdf), now)) return Verdict::held;
+  if (++cuts_in_a_row_ >= p.compete_after) competing_ = true;
+  return Verdict::cut;
+}
+
+bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, bool random_possible) noexcept {
+  start(max);
+  if (random_possible && !competing_ && last_rtt_ <= target(p)) return false;
+  last_cut_ = now;
+  cwnd_ = std::max(std::min(double(p.loss_window), cwnd_), cwnd_ / 2);
+  return true;
+}
+
+void Swift::on_timeout(const SwiftParams& p, Clock::time_point now, uint32_t max) noexcept {
+  start(max);
+  last_cut_ = now;
+  cwnd_ = std::max(std::min(double(p.loss_window), cwnd_), cwnd_ / 2);
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,58 @@
+// The delay-based send window of a connected QP (uroce/congestion.hpp,
+// SwiftParams; docs/congestion.md).  Pure state and arithmetic like
+// dcqcn.hpp: time and round trips come in as arguments, so deterministic
+// tests drive it by hand.  Windows are in packets; `max` is the QP's largest
+// window (requester.hpp), where a new QP starts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "transport/work_queue.hpp"  // Clock
+#include "uroce/congestion.hpp"
+
+namespace uroce::transport {
+
+using uroce::SwiftParams;
+
+class Swift {
+ public:
+  enum class Verdict : uint8_t { grew, held, cut };
+
+  // The window, whole packets (at least 1); `max` until the first event.
+  uint32_t window(uint32_t max) const noexcept;
+  // A round trip of `rtt` was measured: below the target the window grows
+  // (`ai` per sample; one sample per round trip), above it the window is
+  // cut once per round trip.
+  Verdict on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::time_point now, uint32_t max) noexcept;
+  // A packet was lost.  `random_possible`: the peer keeps what follows a
+  // loss, so a loss without a queue costs nothing; otherwise (go-back-N
+  // resends the window) it halves the window like a congestive one.  True if
+  // the window was cut.  Once per window of packets: the caller's to gate.
+  bool on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, bool random_possible) noexcept;
+  // Nothing came back in time: half the window, at once.  Losses take it
+  // down to `loss_window`, no further.
+  void on_timeout(const SwiftParams& p, Clock::time_point now, uint32_t max) noexcept;
+
+  // The least round trip of the last one to two base periods (0: none yet).
+  Clock::duration base() const noexcept;
+  Clock::duration target(const SwiftParams& p) const noexcept { return base() + p.target_delay; }
+  // Whether any event reached it yet (a QP of CcMode::swift).
+  bool started() const noexcept { return cwnd_ != 0; }
+  // Yielding to delay did not drain the queue: reacting to losses only.
+  bool competing() const noexcept { return competing_; }
+
+ private:
+  void start(uint32_t max) noexcept;
+  bool cut(double floor, double factor, Clock::time_point now) noexcept;
+
+  double cwnd_ = 0;  // 0: not started
+  Clock::duration base_{Clock::duration::max()}, epoch_min_{Clock::duration::max()};
+  Clock::time_point epoch_at_{};
+  Clock::duration last_rtt_{};
+  Clock::time_point last_cut_{};
+  uint32_t cuts_in_a_row_ = 0;
+  bool competing_ = false;
+};
+
+}  // namespace uroce::transport
