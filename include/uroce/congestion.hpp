@@ -39,10 +39,12 @@ struct DcqcnParams {
 // at most once per round trip.  The target is the path's base RTT (the
 // least seen lately) plus `target_delay`.  A loss is congestion only when
 // the round trip showed a queue; otherwise (random loss) the window stays.
-// A queue that does not drain after `compete_after` cuts in a row is
-// someone else's (a loss-based flow filling a drop-tail buffer): the window
-// then stops yielding to delay and reacts to losses only, until a round
-// trip comes in under the target again.
+// A queue that does not drain after `compete_after` cuts in a row, or that
+// overflows (a loss behind a queue), is not ours alone (a loss-based flow
+// filling a drop-tail buffer): the window then stops yielding to delay and
+// reacts to losses only, until `calm_to_leave` round trips in a row come in
+// under the target (a loss-based flow drains the queue for a few round trips
+// after each of its losses: that is not the queue gone).
 struct SwiftParams {
   // Queueing the window allows above the base RTT.  Above a user-space
   // host's scheduling noise (tens of us, more when loaded) and the queue a
@@ -56,7 +58,16 @@ struct SwiftParams {
   // further (a window smaller than this is the delay's doing).
   uint32_t loss_window = 16;
   std::chrono::milliseconds base_period{5000};  // base RTT: the least of the last one to two periods
+  // A window cut to `pace_below` packets or less (or competing for a queue)
+  // is paced at `pace_gain` x window / srtt, with at most `pace_burst` of
+  // credit saved up: it leaves spread over the round trip instead of as one
+  // burst into a queue (a drop-tail queue that someone else keeps nearly full
+  // drops a burst's tail and admits evenly spaced packets).
+  double pace_gain = 1.5;
+  std::chrono::microseconds pace_burst{20};
+  uint32_t pace_below = 32;
   uint32_t compete_after = 8;
+  uint32_t calm_to_leave = 64;
 };
 
 struct CongestionConfig {

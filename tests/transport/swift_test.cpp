@@ -94,6 +94,29 @@ TEST(Swift, ATimeoutHalvesTheWindow) {
   EXPECT_EQ(s.window(kMax), 128u);
 }
 
+// At the maximum window nothing is paced, nor at 128 packets; cut to
+// pace_below (32) or less, packets leave at pace_gain x window / srtt, with
+// at most pace_burst of credit.
+TEST(Swift, ACutWindowIsSpreadOverTheRoundTrip) {
+  SwiftParams p;
+  Swift s;
+  s.on_rtt(p, 100us, t0, kMax);
+  EXPECT_FALSE(s.paced(p, kMax));
+  s.on_sent(p, 1024, t0, 1ms, 1024, kMax);
+  EXPECT_EQ(s.next_send(), Clock::time_point{});
+  s.on_timeout(p, t0, kMax);  // 128 packets
+  EXPECT_FALSE(s.paced(p, kMax));
+  s.on_timeout(p, t0, kMax);
+  s.on_timeout(p, t0, kMax);  // 32 packets
+  ASSERT_TRUE(s.paced(p, kMax));
+  // 1.5 x 32 x 1024 B per ms: 1,024 B every 20,833 ns; 20 us of credit first.
+  for (int i = 0; i < 10; ++i) s.on_sent(p, 1024, t0, 1ms, 1024, kMax);
+  EXPECT_EQ(s.next_send(), t0 - 20us + 10 * 20833ns);
+  // Idle for a while: the credit saved is capped at pace_burst again.
+  s.on_sent(p, 1024, t0 + 1s, 1ms, 1024, kMax);
+  EXPECT_EQ(s.next_send(), t0 + 1s - 20us + 20833ns);
+}
+
 TEST(Swift, TheBaseRttForgetsAfterTwoPeriods) {
   SwiftParams p;
   p.base_period = 1s;
@@ -116,9 +139,37 @@ TEST(Swift, AQueueThatDoesNotDrainIsSomeoneElsesThenOnlyLossesCount) {
   EXPECT_EQ(s.on_rtt(p, 2ms, t += 3ms, kMax), Swift::Verdict::grew);  // delay no longer cuts
   EXPECT_EQ(s.window(kMax), w + 1);
   EXPECT_TRUE(s.on_loss(p, t += 3ms, kMax, true));  // but any loss does
-  // A round trip under the target: back to yielding to delay.
+  // calm_to_leave round trips in a row under the target: back to yielding.
+  for (uint32_t i = 0; i + 1 < p.calm_to_leave; ++i) s.on_rtt(p, 150us, t += 3ms, kMax);
+  EXPECT_TRUE(s.competing());
+  s.on_rtt(p, 2ms, t += 3ms, kMax);  // a queue again: the count starts over
+  for (uint32_t i = 0; i + 1 < p.calm_to_leave; ++i) s.on_rtt(p, 150us, t += 3ms, kMax);
+  EXPECT_TRUE(s.competing());
   s.on_rtt(p, 150us, t += 3ms, kMax);
   EXPECT_FALSE(s.competing());
+}
+
+// A loss behind a queue while the window is already down to 2 x min_window:
+// the queue overflowed although we yielded to it, so it is not ours alone.
+// (With a larger window the loss is ours to answer: it halves.)
+TEST(Swift, AQueueThatOverflowsAWindowThatYieldedIsNotOursAlone) {
+  SwiftParams p;
+  Swift s;
+  s.on_rtt(p, 100us, t0, kMax);
+  s.on_rtt(p, 900us, t0 + 1ms, kMax);  // one cut: 256 * (1 - 0.8 * 400/900) = 164.98
+  EXPECT_TRUE(s.on_loss(p, t0 + 2ms, kMax, true));
+  EXPECT_FALSE(s.competing());
+  EXPECT_EQ(s.window(kMax), 82u);
+  Clock::time_point t = t0 + 2ms;
+  for (int i = 0; i < 3; ++i) s.on_rtt(p, 20ms, t += 30ms, kMax);  // 82 -> 41 -> 20 -> 10
+  EXPECT_TRUE(s.on_loss(p, t += 30ms, kMax, true));
+  EXPECT_FALSE(s.competing());
+  EXPECT_EQ(s.window(kMax), 10u);                                  // losses do not take it below loss_window
+  for (int i = 0; i < 3; ++i) s.on_rtt(p, 20ms, t += 30ms, kMax);  // 10 -> 5 -> 2.5 -> 2 (min_window)
+  EXPECT_EQ(s.window(kMax), 2u);
+  EXPECT_TRUE(s.on_loss(p, t += 30ms, kMax, true));
+  EXPECT_TRUE(s.competing());
+  EXPECT_EQ(s.window(kMax), 2u);
 }
 
 // N window-limited flows through one drop-tail port (a simulated switch,

@@ -1,6 +1,7 @@
 // ECN marking, CNPs and DCQCN pacing of connected QPs (congestion.hpp).
 #include "transport/congestion.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -78,14 +79,24 @@ void congestion_notified(Nic& nic, QpEngine& qp) noexcept {
             qp.dcqcn.alpha());
 }
 
+bool swift_paced(const Nic& nic, const QpEngine& qp) noexcept {
+  return nic.config().cc.mode == CcMode::swift && qp.swift.paced(nic.config().cc.swift, max_window_pkts(qp)) &&
+         qp.req.srtt_ns > 0;
+}
+
+bool pace_next(const Nic& nic, const QpEngine& qp, Clock::time_point& at) noexcept {
+  const bool d = qp.dcqcn.limited(), s = swift_paced(nic, qp);
+  if (!d && !s) return false;
+  at = d && s ? std::max(qp.dcqcn.next_send(), qp.swift.next_send()) : d ? qp.dcqcn.next_send() : qp.swift.next_send();
+  return true;
+}
+
 bool pace_allows(Nic& nic, QpEngine& qp) noexcept {
-  if (!qp.dcqcn.limited()) return true;
-  const DcqcnParams& p = nic.config().cc.dcqcn;
-  const Clock::time_point now = nic.now();
-  qp.dcqcn.advance(p, now);
-  if (qp.dcqcn.may_send(now)) return true;
+  if (qp.dcqcn.limited()) qp.dcqcn.advance(nic.config().cc.dcqcn, nic.now());
+  Clock::time_point at;
+  if (!pace_next(nic, qp, at) || nic.now() >= at) return true;
   ++nic.counters().cc_paced;
-  nic.arm_timer(qp, qp.dcqcn.next_send());
+  nic.arm_timer(qp, at);
   return false;
 }
 
@@ -97,6 +108,9 @@ uint32_t paced_ack_every(const Nic& nic, const QpEngine& qp) noexcept {
 }
 
 void pace_sent(Nic& nic, QpEngine& qp, uint32_t bytes) noexcept {
+  if (nic.config().cc.mode == CcMode::swift)
+    qp.swift.on_sent(nic.config().cc.swift, bytes, nic.now(), std::chrono::nanoseconds(qp.req.srtt_ns), qp.mtu,
+                     max_window_pkts(qp));
   if (!qp.dcqcn.limited()) return;
   const DcqcnParams& p = nic.config().cc.dcqcn;
   qp.dcqcn.on_sent(p, bytes, nic.now());

@@ -149,7 +149,11 @@ bool run_local_op(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   return true;
 }
 
-void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t npsn = 1) noexcept {
+// `timeable`: the response to this packet comes at once (it asks for an
+// ACK; a READ of one response packet), so the time to it is a round trip.
+// (A packet without AckReq waits at the responder for the next one that
+// asks: at a slow bottleneck share that gap would be taken for queueing.)
+void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t npsn = 1) noexcept {
   ++nic.counters().req_packets;
   if (qp.type() == verbs::QpType::xrc_send) ++nic.counters().xrc_tx_requests;
   RequesterState& r = qp.req;
@@ -157,7 +161,7 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t npsn = 1) noexc
     ++nic.counters().req_retransmits;
   } else {
     r.sent_hwm = psn_add(psn, npsn);
-    if (!r.timing && qp.reliable()) {  // time this one (selective.cpp)
+    if (!r.timing && timeable && qp.reliable()) {  // time this one (selective.cpp)
       r.timing = true;
       r.timed_psn = psn_add(psn, npsn - 1);
       r.timed_at = Clock::now();
@@ -204,7 +208,7 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
     fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
     return false;
   }
-  count_packet(nic, qp, r.send_psn);
+  count_packet(nic, qp, r.send_psn, h.bth.ack_req);
   pace_sent(nic, qp, len + kPacketOverhead);
   r.send_psn = psn_add(r.send_psn, 1);
   ++r.send_pkt;
@@ -238,7 +242,7 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   h.reth.rkey = w.rkey;
   h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
   (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
-  count_packet(nic, qp, h.bth.psn, n);
+  count_packet(nic, qp, h.bth.psn, n == 1, n);
   pace_sent(nic, qp, kPacketOverhead);
   w.read_req += n;
   r.send_psn = psn_add(w.first_psn, w.read_req);
@@ -254,7 +258,7 @@ void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   h.atomic.swap_add = cas ? w.swap : w.compare_add;
   h.atomic.compare = cas ? w.compare_add : 0;
   (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
-  count_packet(nic, qp, w.first_psn);
+  count_packet(nic, qp, w.first_psn, true);
   pace_sent(nic, qp, kPacketOverhead);
   qp.req.send_psn = psn_add(w.first_psn, 1);
 }

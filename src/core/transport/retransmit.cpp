@@ -117,13 +117,13 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
     return;
   }
   const Clock::time_point now = nic.now();
-  if (qp.dcqcn.limited() && (r.send_idx != qp.sq.tail() || r.resend_left > 0)) {
+  if (Clock::time_point at; pace_next(nic, qp, at) && (r.send_idx != qp.sq.tail() || r.resend_left > 0)) {
     // Paced, with packets to send: its turn came, or an earlier timer fired
     // first (arm_timer keeps only the earliest): ask to be woken again.
-    if (now >= qp.dcqcn.next_send())
+    if (now >= at)
       nic.schedule(qp);
     else
-      nic.arm_timer(qp, qp.dcqcn.next_send());
+      nic.arm_timer(qp, at);
   }
   if (r.rnr == RnrGate::waiting) {
     if (now >= r.rnr_until) {

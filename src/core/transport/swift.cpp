@@ -41,11 +41,13 @@ Swift::Verdict Swift::on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::t
   epoch_min_ = std::min(epoch_min_, rtt);
   last_rtt_ = rtt;
   const Clock::duration t = target(p);
+  if (rtt <= t) {
+    cuts_in_a_row_ = 0;
+    if (competing_ && ++calm_ >= p.calm_to_leave) competing_ = false;  // the queue is gone
+  } else {
+    calm_ = 0;
+  }
   if (rtt <= t || competing_) {
-    if (rtt <= t) {
-      competing_ = false;
-      cuts_in_a_row_ = 0;
-    }
     cwnd_ = std::min(double(max), cwnd_ + p.ai);
     return Verdict::grew;
   }
@@ -57,7 +59,12 @@ Swift::Verdict Swift::on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::t
 
 bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, bool random_possible) noexcept {
   start(max);
-  if (random_possible && !competing_ && last_rtt_ <= target(p)) return false;
+  const bool queue = last_rtt_ > target(p);
+  if (random_possible && !competing_ && !queue) return false;
+  if (queue && cwnd_ <= 2.0 * p.min_window) {  // it overflowed although we yielded: not ours alone
+    competing_ = true;
+    calm_ = 0;
+  }
   last_cut_ = now;
   cwnd_ = std::max(std::min(double(p.loss_window), cwnd_), cwnd_ / 2);
   return true;
@@ -67,6 +74,16 @@ void Swift::on_timeout(const SwiftParams& p, Clock::time_point now, uint32_t max
   start(max);
   last_cut_ = now;
   cwnd_ = std::max(std::min(double(p.loss_window), cwnd_), cwnd_ / 2);
+}
+
+void Swift::on_sent(const SwiftParams& p, uint32_t bytes, Clock::time_point now, Clock::duration srtt, uint32_t mtu,
+                    uint32_t max) noexcept {
+  if (!paced(p, max) || srtt <= Clock::duration::zero()) return;
+  const double bytes_per_ns =
+      p.pace_gain * cwnd_ * double(mtu) / double(std::chrono::duration_cast<std::chrono::nanoseconds>(srtt).count());
+  const Clock::time_point floor = now - p.pace_burst;
+  if (next_send_ < floor) next_send_ = floor;
+  next_send_ += std::chrono::nanoseconds(int64_t(double(bytes) / bytes_per_ns));
 }
 
 }  // namespace uroce::transport
