@@ -23,7 +23,8 @@ TEST(Swift, StartsAtTheMaximumAndGrowsNoFurther) {
   Swift s;
   EXPECT_FALSE(s.started());
   EXPECT_EQ(s.window(kMax), kMax);
-  EXPECT_EQ(s.on_rtt(p, 50us, t0, kMax), Swift::Verdict::grew);
+  EXPECT_EQ(s.on_rtt(p, 50us, t0, kMax), Swift::Verdict::fine);
+  s.on_ack(p, 300, kMax);
   EXPECT_TRUE(s.started());
   EXPECT_EQ(s.window(kMax), kMax);
   EXPECT_EQ(s.base(), 50us);
@@ -45,8 +46,12 @@ TEST(Swift, AboveTheTargetCutsInProportionOncePerRoundTrip) {
   EXPECT_EQ(s.on_rtt(p, 20ms, t0 + 2ms, kMax), Swift::Verdict::held);
   EXPECT_EQ(s.on_rtt(p, 20ms, t0 + 21ms, kMax), Swift::Verdict::cut);
   EXPECT_EQ(s.window(kMax), 110u);
-  // Below the target again: + ai per round trip.
-  EXPECT_EQ(s.on_rtt(p, 300us, t0 + 30ms, kMax), Swift::Verdict::grew);
+  // Above the target the ACKs do not grow it.
+  s.on_ack(p, 110, kMax);
+  EXPECT_EQ(s.window(kMax), 110u);
+  // Below the target again: + ai per window's worth of ACKs.
+  EXPECT_EQ(s.on_rtt(p, 300us, t0 + 30ms, kMax), Swift::Verdict::fine);
+  s.on_ack(p, 110, kMax);
   EXPECT_EQ(s.window(kMax), 111u);
 }
 
@@ -136,7 +141,8 @@ TEST(Swift, AQueueThatDoesNotDrainIsSomeoneElsesThenOnlyLossesCount) {
   for (uint32_t i = 0; i < p.compete_after; ++i) EXPECT_EQ(s.on_rtt(p, 2ms, t += 3ms, kMax), Swift::Verdict::cut);
   EXPECT_TRUE(s.competing());
   const uint32_t w = s.window(kMax);
-  EXPECT_EQ(s.on_rtt(p, 2ms, t += 3ms, kMax), Swift::Verdict::grew);  // delay no longer cuts
+  EXPECT_EQ(s.on_rtt(p, 2ms, t += 3ms, kMax), Swift::Verdict::fine);  // delay no longer cuts
+  s.on_ack(p, w, kMax);                                               // and ACKs grow it
   EXPECT_EQ(s.window(kMax), w + 1);
   EXPECT_TRUE(s.on_loss(p, t += 3ms, kMax, true));  // but any loss does
   // calm_to_leave round trips in a row under the target: back to yielding.
@@ -193,7 +199,7 @@ Share simulate(uint32_t flows) {
   const double buffer = 1000;  // packets: 1 ms
   const auto step = 100us;
   std::vector<Swift> s(flows);
-  std::vector<double> got(flows, 0), phase(flows, 0);
+  std::vector<double> got(flows, 0), phase(flows, 0), acked(flows, 0);
   double queue = 0;
   uint64_t late_losses = 0;
   Clock::time_point t = t0;
@@ -211,7 +217,13 @@ Share simulate(uint32_t flows) {
     queue = queue + in - served - lost;
     const auto rtt = std::chrono::duration_cast<Clock::duration>(step * rtt_steps);
     for (uint32_t f = 0; f < active; ++f) {
-      if (i >= settle) got[f] += served * (s[f].window(kMax) / rtt_steps) / in;
+      const double mine = served * (s[f].window(kMax) / rtt_steps) / in;
+      if (i >= settle) got[f] += mine;
+      acked[f] += mine;
+      if (acked[f] >= 1) {
+        s[f].on_ack(p, uint32_t(acked[f]), kMax);
+        acked[f] -= uint32_t(acked[f]);
+      }
       if (lost > 0) {
         s[f].on_loss(p, t, kMax, true);
         if (i >= settle) ++late_losses;

@@ -47,6 +47,12 @@ constexpr int kThreadRxRounds = 64;
 void Nic::drive() noexcept {
   app_activity_.fetch_add(1, std::memory_order_relaxed);
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
+  // Timers that are due run here too: a paced QP's next packet should not
+  // wait for the progress thread to get a CPU from the polling application.
+  if (!timers_.empty()) {
+    refresh_now();
+    if (timers_.top().when <= now_) run_timers();
+  }
   if (poll_rx() == 0) {
     if (!lazy_.empty()) flush_acks();
   } else if (!lazy_.empty()) {

@@ -47,14 +47,16 @@ Swift::Verdict Swift::on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::t
   } else {
     calm_ = 0;
   }
-  if (rtt <= t || competing_) {
-    cwnd_ = std::min(double(max), cwnd_ + p.ai);
-    return Verdict::grew;
-  }
+  if (rtt <= t || competing_) return Verdict::fine;
   const double excess = std::chrono::duration<double>(rtt - t) / std::chrono::duration<double>(rtt);
   if (!cut(p.min_window, std::max(1.0 - p.beta * excess, 1.0 - p.max_mdf), now)) return Verdict::held;
   if (++cuts_in_a_row_ >= p.compete_after) competing_ = true;
   return Verdict::cut;
+}
+
+void Swift::on_ack(const SwiftParams& p, uint32_t acked, uint32_t max) noexcept {
+  if (cwnd_ == 0 || (last_rtt_ > target(p) && !competing_)) return;
+  cwnd_ = std::min(double(max), cwnd_ + p.ai * double(acked) / cwnd_);
 }
 
 bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, bool random_possible) noexcept {

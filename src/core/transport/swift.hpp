@@ -17,13 +17,17 @@ using uroce::SwiftParams;
 
 class Swift {
  public:
-  enum class Verdict : uint8_t { grew, held, cut };
+  enum class Verdict : uint8_t { fine, held, cut };
 
   // The window, whole packets (at least 1); `max` until the first event.
   uint32_t window(uint32_t max) const noexcept;
-  // A round trip of `rtt` was measured: below the target the window grows
-  // (`ai` per sample; one sample per round trip), above it the window is
-  // cut once per round trip.
+  // A round trip of `rtt` was measured: above the target the window is cut,
+  // once per round trip (`fine`: below it, or competing).
+  // `acked` packets were acknowledged: while the last round trip was under
+  // the target (or competing) the window grows by `ai` x acked / window, `ai`
+  // per window's worth of ACKs (per round trip), whether or not that round
+  // trip could be timed (none is across a resend).
+  void on_ack(const SwiftParams& p, uint32_t acked, uint32_t max) noexcept;
   Verdict on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::time_point now, uint32_t max) noexcept;
   // A packet was lost.  `random_possible`: the peer keeps what follows a
   // loss, so a loss without a queue costs nothing; otherwise (go-back-N

@@ -84,8 +84,12 @@ void window_on_ack(Nic& nic, QpEngine& qp, uint32_t acked) noexcept {
   RequesterState& r = qp.req;
   if (r.recovery == Recovery::after_cut && !psn_before(psn_add(r.una_psn, acked), r.recover_psn))
     transition(qp.qpn(), r.recovery, Recovery::none);
-  if (r.cwnd == 0) return;           // at the maximum
-  if (delay_based(nic, qp)) return;  // the round trips move it
+  if (r.cwnd == 0) return;  // at the maximum
+  if (delay_based(nic, qp)) {
+    qp.swift.on_ack(nic.config().cc.swift, acked, max_window_pkts(qp));
+    if (qp.swift.started()) publish(nic, qp);
+    return;
+  }
   r.cwnd_acked += acked;
   while (r.cwnd_acked >= r.cwnd && r.cwnd != 0) {
     r.cwnd_acked -= r.cwnd;
