@@ -54,8 +54,9 @@ struct SwiftParams {
   double beta = 0.8;        // multiplicative decrease per unit of relative excess delay
   double max_mdf = 0.5;     // at most this fraction cut at once
   uint32_t min_window = 2;  // packets
-  // A loss or timeout halves the window down to this many packets and no
-  // further (a window smaller than this is the delay's doing).
+  // A loss without a queue behind it (a READ gap, a go-back-N peer) or a
+  // timeout halves the window down to this many packets and no further; a
+  // loss behind a queue goes down to min_window.
   uint32_t loss_window = 16;
   std::chrono::milliseconds base_period{5000};  // base RTT: the least of the last one to two periods
   // A window cut to `pace_below` packets or less (or competing for a queue)

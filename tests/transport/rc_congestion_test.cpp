@@ -227,11 +227,16 @@ TEST(RcCongestion, APacedQpSlowerThanItsTimerKeepsSending) {
   EXPECT_GT(ca.cc_paced, 0u);
 }
 
-// CcMode::swift, the default: the window follows the round trip.
+// CcMode::swift, the default: the window follows the round trip.  A target
+// far above a loaded sanitizer build's scheduling noise (10 ms over the base
+// RTT) and a retransmission timer longer than the tests' holds (268 ms).
 PairOptions swift() {
   CongestionConfig c;
   c.mode = CcMode::swift;
-  return with(c);
+  c.swift.target_delay = std::chrono::milliseconds(10);
+  PairOptions o = with(c);
+  o.timeout = 16;
+  return o;
 }
 
 void write_and_wait(Pair& p, uint32_t len, uint64_t id) {
@@ -242,8 +247,8 @@ void write_and_wait(Pair& p, uint32_t len, uint64_t id) {
   EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), len), -1);
 }
 
-// ACKs held back 20 ms (a queue far above base RTT + 400 us) cut the
-// window once, by max_mdf: 256 -> 128 packets.
+// ACKs held back 60 ms (a queue far above base RTT + 10 ms) cut the window
+// once, by max_mdf: 256 -> 128 packets.
 TEST(RcSwift, ARoundTripFarAboveTheTargetHalvesTheWindowOnce) {
   Fake f(swift());
   Pair& p = *f.p;
@@ -254,7 +259,7 @@ TEST(RcSwift, ARoundTripFarAboveTheTargetHalvesTheWindowOnce) {
   fill_pattern(p.a.buf.data(), 64 * 1024, 9);
   Sge sge = p.a.sge(0, 64 * 1024);
   ASSERT_TRUE(post_send(*p.a.qp, make_wr(9, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
-  std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(60ms);
   f.net->hold(f.a_ep, false);
   expect_one(*p.a.scq, 9, WcOpcode::rdma_write, 64 * 1024);
   EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 64 * 1024), -1);

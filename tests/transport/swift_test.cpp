@@ -84,9 +84,18 @@ TEST(Swift, ALossBehindAQueueIsCongestionAndHalves) {
   EXPECT_EQ(s.window(kMax), 197u);
   EXPECT_TRUE(s.on_loss(p, t0 + 2ms, kMax, true));
   EXPECT_EQ(s.window(kMax), 98u);
-  // Losses stop at loss_window; a timeout too.
+  // Behind a queue losses go down to min_window.
   Clock::time_point t = t0 + 2ms;
-  for (int i = 0; i < 10; ++i) s.on_loss(p, t += 1ms, kMax, false);
+  for (int i = 0; i < 10; ++i) s.on_loss(p, t += 1ms, kMax, true);
+  EXPECT_EQ(s.window(kMax), p.min_window);
+}
+
+TEST(Swift, LossesWithoutAQueueStopAtLossWindowATimeoutToo) {
+  SwiftParams p;
+  Swift s;
+  s.on_rtt(p, 100us, t0, kMax);
+  Clock::time_point t = t0;
+  for (int i = 0; i < 10; ++i) s.on_loss(p, t += 1ms, kMax, false);  // a go-back-N peer
   EXPECT_EQ(s.window(kMax), p.loss_window);
   s.on_timeout(p, t += 1ms, kMax);
   EXPECT_EQ(s.window(kMax), p.loss_window);
@@ -170,8 +179,8 @@ TEST(Swift, AQueueThatOverflowsAWindowThatYieldedIsNotOursAlone) {
   for (int i = 0; i < 3; ++i) s.on_rtt(p, 20ms, t += 30ms, kMax);  // 82 -> 41 -> 20 -> 10
   EXPECT_TRUE(s.on_loss(p, t += 30ms, kMax, true));
   EXPECT_FALSE(s.competing());
-  EXPECT_EQ(s.window(kMax), 10u);                                  // losses do not take it below loss_window
-  for (int i = 0; i < 3; ++i) s.on_rtt(p, 20ms, t += 30ms, kMax);  // 10 -> 5 -> 2.5 -> 2 (min_window)
+  EXPECT_EQ(s.window(kMax), 5u);
+  for (int i = 0; i < 2; ++i) s.on_rtt(p, 20ms, t += 30ms, kMax);  // 5 -> 2.5 -> 2 (min_window)
   EXPECT_EQ(s.window(kMax), 2u);
   EXPECT_TRUE(s.on_loss(p, t += 30ms, kMax, true));
   EXPECT_TRUE(s.competing());

@@ -80,8 +80,7 @@ void congestion_notified(Nic& nic, QpEngine& qp) noexcept {
 }
 
 bool swift_paced(const Nic& nic, const QpEngine& qp) noexcept {
-  return nic.config().cc.mode == CcMode::swift && qp.swift.paced(nic.config().cc.swift, max_window_pkts(qp)) &&
-         qp.req.srtt_ns > 0;
+  return delay_based(nic, qp) && qp.swift.paced(nic.config().cc.swift, max_window_pkts(qp)) && qp.req.srtt_ns > 0;
 }
 
 bool pace_next(const Nic& nic, const QpEngine& qp, Clock::time_point& at) noexcept {
@@ -108,7 +107,7 @@ uint32_t paced_ack_every(const Nic& nic, const QpEngine& qp) noexcept {
 }
 
 void pace_sent(Nic& nic, QpEngine& qp, uint32_t bytes) noexcept {
-  if (nic.config().cc.mode == CcMode::swift)
+  if (delay_based(nic, qp))
     qp.swift.on_sent(nic.config().cc.swift, bytes, nic.now(), std::chrono::nanoseconds(qp.req.srtt_ns), qp.mtu,
                      max_window_pkts(qp));
   if (!qp.dcqcn.limited()) return;

@@ -47,13 +47,15 @@ constexpr int kThreadRxRounds = 64;
 void Nic::drive() noexcept {
   app_activity_.fetch_add(1, std::memory_order_relaxed);
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
-  // Timers that are due run here too: a paced QP's next packet should not
-  // wait for the progress thread to get a CPU from the polling application.
+  const size_t got = poll_rx();
+  // Timers that are due run here too (after the packets waiting, which may
+  // answer them): a paced QP's next packet should not wait for the progress
+  // thread to get a CPU from the polling application.
   if (!timers_.empty()) {
     refresh_now();
     if (timers_.top().when <= now_) run_timers();
   }
-  if (poll_rx() == 0) {
+  if (got == 0) {
     if (!lazy_.empty()) flush_acks();
   } else if (!lazy_.empty()) {
     // The ACKs left behind go with our next send or our next idle poll; if

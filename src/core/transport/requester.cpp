@@ -150,7 +150,8 @@ bool run_local_op(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
 }
 
 // `timeable`: the response to this packet comes at once (it asks for an
-// ACK; a READ of one response packet), so the time to it is a round trip.
+// ACK and completes no receive; a READ of one response packet; an atomic),
+// so the time to it is a round trip.
 // (A packet without AckReq waits at the responder for the next one that
 // asks: at a slow bottleneck share that gap would be taken for queueing.)
 void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t npsn = 1) noexcept {
@@ -208,7 +209,10 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
     fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
     return false;
   }
-  count_packet(nic, qp, r.send_psn, h.bth.ack_req);
+  // The last packet of a message that consumes a receive is ACKed lazily
+  // (with the reply, or within a tick): not a round trip.
+  const bool consumes = w.opcode != WrOpcode::rdma_write;
+  count_packet(nic, qp, r.send_psn, h.bth.ack_req && !(last && consumes));
   pace_sent(nic, qp, len + kPacketOverhead);
   r.send_psn = psn_add(r.send_psn, 1);
   ++r.send_pkt;

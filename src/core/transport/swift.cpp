@@ -24,7 +24,7 @@ bool Swift::cut(double floor, double factor, Clock::time_point now) noexcept {
   // the queue the packets before it built.
   if (last_cut_ != Clock::time_point{} && now - last_cut_ < last_rtt_) return false;
   last_cut_ = now;
-  cwnd_ = std::max(std::min(floor, cwnd_), cwnd_ * factor);
+  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ * factor});
   return true;
 }
 
@@ -68,19 +68,23 @@ bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, b
     calm_ = 0;
   }
   last_cut_ = now;
-  cwnd_ = std::max(std::min(double(p.loss_window), cwnd_), cwnd_ / 2);
+  // Behind a queue (or competing for one) a loss is the queue's limit: down
+  // to min_window, or N flows' floors alone would overflow it.  Otherwise
+  // (a go-back-N peer, a READ gap) not below loss_window.
+  const double floor = queue || competing_ ? double(p.min_window) : double(p.loss_window);
+  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ / 2});
   return true;
 }
 
 void Swift::on_timeout(const SwiftParams& p, Clock::time_point now, uint32_t max) noexcept {
   start(max);
   last_cut_ = now;
-  cwnd_ = std::max(std::min(double(p.loss_window), cwnd_), cwnd_ / 2);
+  cwnd_ = std::max({1.0, std::min(double(p.loss_window), cwnd_), cwnd_ / 2});
 }
 
 void Swift::on_sent(const SwiftParams& p, uint32_t bytes, Clock::time_point now, Clock::duration srtt, uint32_t mtu,
                     uint32_t max) noexcept {
-  if (!paced(p, max) || srtt <= Clock::duration::zero()) return;
+  if (!paced(p, max) || srtt <= Clock::duration::zero() || !(p.pace_gain > 0)) return;
   const double bytes_per_ns =
       p.pace_gain * cwnd_ * double(mtu) / double(std::chrono::duration_cast<std::chrono::nanoseconds>(srtt).count());
   const Clock::time_point floor = now - p.pace_burst;

@@ -20,14 +20,6 @@
 namespace uroce::transport {
 namespace {
 
-// Between uroce peers (or while the peer may be one): towards a go-back-N
-// peer every loss costs a window, and loss-based AIMD, which grows back
-// faster, moved more through rdma_rxe at 1% loss (bench/lossy).
-bool delay_based(const Nic& nic, const QpEngine& qp) noexcept {
-  const CongestionConfig& cc = nic.config().cc;
-  return cc.mode == CcMode::swift && cc.selective_repeat && qp.req.peer_sr != PeerSr::drops;
-}
-
 // The swift window, as the requester reads it (0: the maximum).
 void publish(Nic& nic, QpEngine& qp) noexcept {
   const uint32_t m = max_window_pkts(qp), w = qp.swift.window(m);
@@ -51,21 +43,30 @@ void cut_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
 
 }  // namespace
 
+// Between uroce peers (or while the peer may be one): towards a go-back-N
+// peer every loss costs a window, and loss-based AIMD, which grows back
+// faster, moved more through rdma_rxe at 1% loss (bench/lossy).
+bool delay_based(const Nic& nic, const QpEngine& qp) noexcept {
+  const CongestionConfig& cc = nic.config().cc;
+  return cc.mode == CcMode::swift && cc.selective_repeat && qp.req.peer_sr != PeerSr::drops;
+}
+
 void window_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
   if (!delay_based(nic, qp)) return cut_on_loss(nic, qp, loss);
   const SwiftParams& p = nic.config().cc.swift;
   const uint32_t m = max_window_pkts(qp);
   RequesterState& r = qp.req;
+  const uint32_t before = qp.swift.window(m);
   if (loss == Loss::timeout) {
     qp.swift.on_timeout(p, nic.now(), m);
-    ++nic.counters().req_window_cuts;
+    if (qp.swift.window(m) < before) ++nic.counters().req_window_cuts;
   } else if (r.recovery != Recovery::after_cut || !psn_before(r.una_psn, r.recover_psn)) {
     // Later losses of the window in flight are the same event.  A peer not
     // yet known to keep what follows a loss is taken to (its first losses
     // probe it); a READ response gap is resent from the gap on.
     const bool random = loss == Loss::seq_nak;
     if (qp.swift.on_loss(p, nic.now(), m, random)) {
-      ++nic.counters().req_window_cuts;
+      if (qp.swift.window(m) < before) ++nic.counters().req_window_cuts;
       r.recover_psn = r.next_psn;
       transition(qp.qpn(), r.recovery, Recovery::after_cut);
     }
