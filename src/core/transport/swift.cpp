@@ -67,19 +67,21 @@ bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, b
     competing_ = true;
     calm_ = 0;
   }
-  last_cut_ = now;
   // Behind a queue (or competing for one) a loss is the queue's limit: down
   // to min_window, or N flows' floors alone would overflow it.  Otherwise
   // (a go-back-N peer, a READ gap) not below loss_window.
-  const double floor = queue || competing_ ? double(p.min_window) : double(p.loss_window);
-  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ / 2});
+  halve(queue || competing_ ? double(p.min_window) : double(p.loss_window), now);
   return true;
 }
 
 void Swift::on_timeout(const SwiftParams& p, Clock::time_point now, uint32_t max) noexcept {
   start(max);
+  halve(double(p.loss_window), now);
+}
+
+void Swift::halve(double floor, Clock::time_point now) noexcept {
   last_cut_ = now;
-  cwnd_ = std::max({1.0, std::min(double(p.loss_window), cwnd_), cwnd_ / 2});
+  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ / 2});
 }
 
 void Swift::on_sent(const SwiftParams& p, uint32_t bytes, Clock::time_point now, Clock::duration srtt, uint32_t mtu,

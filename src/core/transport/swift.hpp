@@ -63,6 +63,9 @@ class Swift {
  private:
   void start(uint32_t max) noexcept;
   bool cut(double floor, double factor, Clock::time_point now) noexcept;
+  // Half the window, not below `floor` (nor below 1; a window already under
+  // `floor` stays), at once.
+  void halve(double floor, Clock::time_point now) noexcept;
 
   double cwnd_ = 0;  // 0: not started
   Clock::duration base_{Clock::duration::max()}, epoch_min_{Clock::duration::max()};

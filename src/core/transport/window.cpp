@@ -27,17 +27,28 @@ void publish(Nic& nic, QpEngine& qp) noexcept {
   nic.counters().cc_window = w;
 }
 
+// A loss of the window in flight when the window was last cut for one: the
+// same event, no second cut.
+bool same_loss_event(const RequesterState& r) noexcept {
+  return r.recovery == Recovery::after_cut && psn_before(r.una_psn, r.recover_psn);
+}
+
+// The window was cut: losses before what is sent now belong to this event.
+void start_recovery(QpEngine& qp) noexcept {
+  qp.req.recover_psn = qp.req.next_psn;
+  transition(qp.qpn(), qp.req.recovery, Recovery::after_cut);
+}
+
 void cut_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
   RequesterState& r = qp.req;
   const bool timeout = loss == Loss::timeout;
   if (loss == Loss::seq_nak && r.peer_sr == PeerSr::keeps) return;
-  if (!timeout && r.recovery == Recovery::after_cut && psn_before(r.una_psn, r.recover_psn)) return;
+  if (!timeout && same_loss_event(r)) return;
   const uint32_t w = window_pkts(qp);
   const uint32_t cut = timeout ? kMinWindowPkts : std::max(kMinWindowPkts, w / 2);
   r.cwnd = cut;
   r.cwnd_acked = 0;
-  r.recover_psn = r.next_psn;
-  transition(qp.qpn(), r.recovery, Recovery::after_cut);
+  start_recovery(qp);
   if (cut < w) ++nic.counters().req_window_cuts;
 }
 
@@ -60,15 +71,14 @@ void window_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
   if (loss == Loss::timeout) {
     qp.swift.on_timeout(p, nic.now(), m);
     if (qp.swift.window(m) < before) ++nic.counters().req_window_cuts;
-  } else if (r.recovery != Recovery::after_cut || !psn_before(r.una_psn, r.recover_psn)) {
+  } else if (!same_loss_event(r)) {
     // Later losses of the window in flight are the same event.  A peer not
     // yet known to keep what follows a loss is taken to (its first losses
     // probe it); a READ response gap is resent from the gap on.
     const bool random = loss == Loss::seq_nak;
     if (qp.swift.on_loss(p, nic.now(), m, random)) {
       if (qp.swift.window(m) < before) ++nic.counters().req_window_cuts;
-      r.recover_psn = r.next_psn;
-      transition(qp.qpn(), r.recovery, Recovery::after_cut);
+      start_recovery(qp);
     }
   }
   publish(nic, qp);
