@@ -63,6 +63,16 @@ void FakeNetwork::set_ecn_threshold(size_t packets) {
   ecn_threshold_ = packets;
 }
 
+void FakeNetwork::set_gso_max(uint16_t segments) {
+  std::lock_guard lk(mu_);
+  gso_max_ = segments;
+}
+
+uint16_t FakeNetwork::gso_max() const {
+  std::lock_guard lk(mu_);
+  return gso_max_;
+}
+
 void FakeNetwork::detach(const Endpoint& ep) {
   std::lock_guard lk(mu_);
   ports_.erase(ep);
@@ -71,7 +81,7 @@ void FakeNetwork::detach(const Endpoint& ep) {
 void FakeNetwork::send(const Endpoint& src, std::span<const TxPacket> pkts) {
   std::lock_guard lk(mu_);
   for (const TxPacket& t : pkts) {
-    FakePacket p{src, t.dst, t.tos, {}};
+    FakePacket p{src, t.dst, t.tos, {}, gso_max_ > 1 && t.gso_segments == 0};
     p.data.resize(t.size());
     if (!t.head.empty()) std::memcpy(p.data.data(), t.head.data(), t.head.size());
     // The body may be application memory that went away: the packet is lost.

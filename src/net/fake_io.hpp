@@ -36,6 +36,7 @@ struct FakePacket {
   Endpoint src, dst;
   uint8_t tos = 0;
   std::vector<uint8_t> data;  // the UDP payload
+  bool joined = false;        // it left in the GSO train of the one before it (set_gso_max)
 };
 
 struct FakeNetStats {
@@ -87,6 +88,11 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   // A congested switch: an ECN-capable packet (ECT(0) or ECT(1)) that finds
   // `packets` or more queued at its destination is marked CE.  0: never.
   void set_ecn_threshold(size_t packets);
+  // Senders attached from now on may send GSO trains of up to `segments`
+  // packets (0: none, the default); each packet still arrives on its own,
+  // marked `joined` if it followed another in a train.
+  void set_gso_max(uint16_t segments);
+  uint16_t gso_max() const;
 
   FakeNetStats stats() const;
 
@@ -107,6 +113,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   Filter filter_;
   size_t queue_limit_ = 4096;
   size_t ecn_threshold_ = 0;
+  uint16_t gso_max_ = 0;
   uint16_t next_port_ = 49152;
   FakeNetStats stats_;
 };
@@ -121,6 +128,7 @@ class FakeIo final : public PacketIo {
   int wait_fd() const noexcept override { return wait_fd_; }
   size_t max_payload() const noexcept override { return max_payload_; }
   IoStats stats() const noexcept override { return stats_; }
+  uint16_t gso_max_segments() const noexcept override { return net_->gso_max(); }
 
   FakeNetwork& network() const noexcept { return *net_; }
 

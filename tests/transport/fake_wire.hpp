@@ -20,6 +20,7 @@ struct WirePkt {
   wire::Headers hdr;
   uint32_t flags = 0;  // wire::op::k*
   size_t payload = 0;
+  bool joined = false;  // it left in the GSO train of the packet before it
   uint8_t opcode() const { return hdr.bth.opcode; }
   uint32_t psn() const { return hdr.bth.psn; }
 };
@@ -30,6 +31,7 @@ inline WirePkt decode_pkt(const net::FakePacket& fp) {
   wire::DecodeError e;
   w.src = fp.src;
   w.dst = fp.dst;
+  w.joined = fp.joined;
   if (!wire::decode(fp.data, p, e)) return w;
   w.ok = true;
   w.hdr = p.hdr;
@@ -73,12 +75,13 @@ inline PairOptions go_back_n(bool requester_sr = false, PairOptions o = {}) {
   return o;
 }
 
-// A Pair on a FakeNetwork of its own, with helpers to drop chosen packets.
+// A Pair on a FakeNetwork of its own (o.fake, if set: one set up before the
+// NICs attach), with helpers to drop chosen packets.
 struct Fake {
-  std::shared_ptr<net::FakeNetwork> net = net::FakeNetwork::create();
+  std::shared_ptr<net::FakeNetwork> net;
   std::unique_ptr<Pair> p;
   Endpoint a_ep, b_ep;
-  explicit Fake(PairOptions o = {}) {
+  explicit Fake(PairOptions o = {}) : net(o.fake ? o.fake : net::FakeNetwork::create()) {
     o.fake = net;
     p = std::make_unique<Pair>(o);
     a_ep = p->a.endpoint();

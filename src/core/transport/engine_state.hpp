@@ -2,6 +2,7 @@
 // Guarded by the lock of the QP's NIC; the transport's own (verbs never reads it).
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +47,8 @@ UROCE_STATE_ENUM(RecvSlot, UROCE_RECV_SLOT)
 UROCE_STATE_ENUM(AckOwed, UROCE_ACK_OWED)
 UROCE_STATE_ENUM(SeqNak, UROCE_SEQ_NAK)
 
+inline constexpr uint32_t kTrainPsns = 256;  // the longest send window
+
 // Requester + completer state (IBA 9.7: requester side of RC/UC/UD).
 struct RequesterState {
   uint32_t next_psn = 0;   // PSN of the next packet sent for the first time
@@ -78,8 +81,13 @@ struct RequesterState {
   uint8_t probe_ext = 0;     // the probe moved on to the next PSN, also missing
   uint32_t resend_left = 0;  // packets from resend_psn to resend before anything else
   uint32_t resend_psn = 0;
-  uint32_t run_end = 0;    // one past the last run resent, and its length: a NAK right
-  uint32_t run_len = 0;    // after it (a burst lost) resends twice as many
+  uint32_t run_end = 0;  // one past the last run resent, and its length (a NAK for a PSN
+  uint32_t run_len = 0;  // inside it was drawn before the resend arrived)
+  // Which PSNs (modulo kTrainPsns) were the first of this QP's packets in a
+  // GSO train (a drop takes the whole train: a run resent is the rest of
+  // it), and the train of the packet sent last.
+  std::bitset<kTrainPsns> train_first;
+  uint64_t last_train = ~uint64_t(0);
   bool force_ack = false;  // the packet being built asks for an ACK
   bool sr_check = false;   // una (sr_check_psn) is resent alone if still unacknowledged at sr_check_at
   uint32_t sr_check_psn = 0;

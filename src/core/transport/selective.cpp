@@ -7,7 +7,8 @@
 // NAK for P the requester resends P alone, asking for an ACK.  If the next
 // acknowledgement covers P+1 and P+2 as well (sent before, not resent; one
 // could have been merely overtaken by P), the peer kept them: from then on
-// every NAK is answered by resending the named packet only.  A NAK for the
+// every NAK is answered by resending the named packet only, with the rest of
+// its GSO train if it was sent first in one (run_from).  A NAK for the
 // next missing PSN moves the probe on to it (a burst lost).  An ACK that
 // stops short: nothing was kept (or the rest was lost too), and the
 // requester goes back N from there, having sent exactly the packets
@@ -52,6 +53,28 @@ void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   nic.arm_timer(qp, r.sr_check_at);
 }
 
+// How many packets to resend from `psn`, missing at the peer.  What the
+// network drops together is a GSO train (a full queue, a socket buffer, a
+// firewall see one datagram), so a packet that left first in its train is
+// resent with the rest of that train; one that left inside a train is not
+// (the packets before it arrived: the train was not dropped whole).  Without
+// GSO every packet is its own train.  (Guessing longer runs, as doubling
+// them while NAKs follow each other does, resends packets the peer kept into
+// the very queue that dropped the others.)
+uint32_t run_from(const RequesterState& r, uint32_t psn) noexcept {
+  if (!r.train_first[psn % kTrainPsns]) return 1;
+  uint32_t n = 1;
+  while (n < kMaxRun && psn_before(psn_add(psn, n), r.sent_hwm) && !r.train_first[psn_add(psn, n) % kTrainPsns]) ++n;
+  return n;
+}
+
+// `psn` is in the run last resent, after its first packet: the NAK was
+// drawn by an earlier packet of the run, before this one's resend arrived.
+bool later_in_run(const RequesterState& r, uint32_t psn) noexcept {
+  const uint32_t first = psn_add(r.run_end, (kPsnMask + 1) - r.run_len);
+  return psn_before(first, psn) && psn_before(psn, r.run_end);
+}
+
 }  // namespace
 
 bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
@@ -72,10 +95,13 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
       r.probe_psn = psn;
       r.probe_ext = 0;
     }
-  } else if (psn == r.run_end) {
-    // The packet after the run just resent is missing too: a burst was lost
-    // (a GSO train dropped whole).  Twice as many this time.
-    n = std::min(r.run_len * 2, kMaxRun);
+  } else if (later_in_run(r, psn)) {
+    // Its resend is on the way; if that is lost too, the watch sends it
+    // again.
+    ++nic.counters().req_sr_stale_naks;
+    return true;
+  } else {
+    n = run_from(r, psn);
   }
   r.resend_psn = psn;
   r.resend_left = n;
@@ -133,11 +159,11 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
     nic.arm_timer(qp, r.sr_check_at);
     return;
   }
-  // No progress for about two round trips: the packet at una goes again --
-  // twice as many as last time if that run was acknowledged and the next
-  // packet is missing too (a tail lost with nothing after it to draw a NAK).
+  // No progress for about two round trips: the packet at una goes again
+  // (with the rest of its train: a tail lost with nothing after it to draw
+  // a NAK).
   r.timing = false;
-  const uint32_t n = r.sr_check_psn == r.run_end ? std::min(r.run_len * 2, kMaxRun) : 1;
+  const uint32_t n = run_from(r, r.sr_check_psn);
   r.resend_left = n;
   r.resend_psn = r.sr_check_psn;
   r.run_end = psn_add(r.sr_check_psn, n);

@@ -39,6 +39,7 @@ bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
     pkts_[train_first_].gso_segments = train_len_;
     if (udp_len < train_seg_) train_closed_ = true;  // only the last may be shorter
   } else {
+    ++train_;
     train_first_ = n_;
     train_len_ = 1;
     train_bytes_ = train_seg_ = udp_len;

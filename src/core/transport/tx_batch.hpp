@@ -28,6 +28,9 @@ class TxBatch {
   void set_gso_max(uint16_t n) noexcept { gso_max_ = n; }
 
   bool full() const noexcept { return n_ == kSlots; }
+  // The train the packet added last went into: a number that changes with
+  // every train started (equal for two packets: one GSO send).
+  uint64_t train() const noexcept { return train_; }
   size_t size() const noexcept { return n_; }
   // Scratch space for the body of the next packet (a gathered multi-SGE
   // payload); valid until that packet is sent.
@@ -59,6 +62,7 @@ class TxBatch {
   uint16_t train_len_ = 0;
   size_t train_bytes_ = 0, train_seg_ = 0;
   bool train_closed_ = true;
+  uint64_t train_ = 0;
 };
 
 }  // namespace uroce::transport
