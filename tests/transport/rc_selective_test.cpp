@@ -3,6 +3,8 @@
 // packet, a requester that resends only the lost one once it has seen that,
 // and go-back-N, packet for packet, with a responder that keeps nothing.
 #include <chrono>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "fake_wire.hpp"
@@ -124,62 +126,147 @@ TEST(RcSelectiveRepeat, WithoutTrainsABurstIsResentPacketByPacket) {
   EXPECT_EQ(sent_psns(f), want);
 }
 
-// With GSO (trains of up to 8 packets here) a drop takes a whole train: one
-// datagram meets a full queue, a socket buffer, a firewall.  A NAK for a
-// packet that left first in its train resends the rest of the train at
-// once; one for a packet that left inside a train (those before it arrived)
-// resends it alone.  Either way exactly what was lost goes again.
-TEST(RcSelectiveRepeat, ATrainLostWholeGoesAgainWholeAPartOfOnePacketByPacket) {
-  for (const bool whole : {true, false}) {
+// A Fake with GSO trains of up to 8 packets, whose B is known to keep what
+// follows a loss (a first message lost a packet inside a train: PSNs 0..9).
+struct TrainFake {
+  std::unique_ptr<Fake> f;
+  TrainFake() {
     PairOptions o = patient();
     o.fake = net::FakeNetwork::create();
     o.fake->set_gso_max(8);
-    Fake f(o);
-    Pair& p = *f.p;
-    f.net->set_recording(true);
-    lose(f, {3});  // a packet inside the first train: the probe finds that B keeps
-    send_10k(p, 1);
-    // Of the 32 KiB WRITE (PSNs 10..41), the second train that starts at
-    // PSN 14 or later: the whole of it, or its packets after the second.
-    struct Cut {
-      int trains = 0;  // trains seen that start at PSN 14 or later
-      bool done = false;
-      uint32_t pos = 0;  // in the train
-      std::vector<uint32_t> dropped;
+    f = std::make_unique<Fake>(o);
+    f->net->set_recording(true);
+    lose(*f, {3});
+    send_10k(*f->p, 1);
+  }
+  // From now on drops first sendings of A's request packets that `pick`
+  // names by (train, position in it): trains of first sendings (as the
+  // requester counts them) from the first that starts at PSN `from` or
+  // later, counted afresh every `stride` PSNs if not 0 (one per message).
+  // Returns the PSNs dropped, by train (numbered on), as they go.
+  using Dropped = std::map<int, std::vector<uint32_t>>;
+  std::shared_ptr<Dropped> drop(uint32_t from, std::function<bool(int, uint32_t)> pick, uint32_t stride = 0) {
+    struct State {
+      int train = -1, in_msg = -1;
+      uint32_t pos = 0;
+      bool resends = false;  // the GSO train in the making began with a resend
+      std::set<uint32_t> seen;
+      Dropped dropped;
     };
-    auto cut = std::make_shared<Cut>();
-    const uint32_t base = p.opt.psn_a;
-    const Endpoint a = f.a_ep;
-    f.drop_if([=](const WirePkt& w) {
-      if (w.src != a || !(w.flags & op::kRequest) || cut->done) return false;
-      if (!w.joined) {
-        if (cut->trains == 2) cut->done = true;  // the next train: the cut is over
-        if (cut->done || w.psn() - base < 14) return false;
-        ++cut->trains;
-        cut->pos = 0;
-      } else {
-        ++cut->pos;
+    auto st = std::make_shared<State>();
+    auto out = std::shared_ptr<Dropped>(st, &st->dropped);
+    const uint32_t base = f->p->opt.psn_a;
+    const Endpoint a = f->a_ep;
+    f->drop_if([=](const WirePkt& w) {
+      const uint32_t psn = w.psn() - base;
+      if (w.src != a || !(w.flags & op::kRequest)) return false;
+      if (!st->seen.insert(psn).second) {
+        if (!w.joined) st->resends = true;
+        return false;
       }
-      if (cut->trains != 2 || (!whole && cut->pos < 2)) return false;
-      cut->dropped.push_back(w.psn() - base);
+      if (!w.joined || st->resends) {
+        st->resends = false;
+        if (st->train < 0 && psn < from) return false;
+        ++st->train;
+        st->in_msg = stride != 0 && (psn - from) % stride == 0 ? 0 : st->in_msg + 1;
+        st->pos = 0;
+      } else {
+        ++st->pos;
+      }
+      if (st->train < 0 || !pick(stride ? st->in_msg : st->train, st->pos)) return false;
+      st->dropped[st->train].push_back(psn);
       return true;
     });
-    fill_pattern(p.a.buf.data(), 32 * 1024, 7);
-    Sge sge = p.a.sge(0, 32 * 1024);
-    ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
-    expect_one(*p.a.scq, 2, WcOpcode::rdma_write, 32 * 1024);
-    EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 32 * 1024), -1);
-    const std::vector<uint32_t>& dropped = cut->dropped;
+    return out;
+  }
+  static std::vector<uint32_t> all(const Dropped& d) {
+    std::vector<uint32_t> v;
+    for (const auto& [train, psns] : d) v.insert(v.end(), psns.begin(), psns.end());
+    return v;
+  }
+  // A WRITE of `kib` KiB from A to B, checked byte for byte.
+  void write(uint64_t id, uint32_t kib) {
+    Pair& p = *f->p;
+    fill_pattern(p.a.buf.data(), kib * 1024, uint8_t(id));
+    Sge sge = p.a.sge(0, kib * 1024);
+    ASSERT_TRUE(post_send(*p.a.qp, make_wr(id, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+    expect_one(*p.a.scq, id, WcOpcode::rdma_write, kib * 1024);
+    EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), kib * 1024), -1);
+  }
+  // The PSNs A sent again (each time after the first), from the `skip`th
+  // resend on.
+  std::vector<uint32_t> resent(size_t skip = 0) {
+    std::set<uint32_t> seen;
+    std::vector<uint32_t> v;
+    for (uint32_t psn : sent_psns(*f))
+      if (!seen.insert(psn).second) v.push_back(psn);
+    return std::vector<uint32_t>(v.begin() + std::min(skip, v.size()), v.end());
+  }
+};
+
+// With GSO a drop takes a whole train: one datagram meets a full queue, a
+// socket buffer, a firewall.  A NAK for a packet that left first in its
+// train resends the rest of the train at once; one for a packet that left
+// inside a train (those before it arrived) resends it alone.  Either way
+// exactly what was lost goes again.
+TEST(RcSelectiveRepeat, ATrainLostWholeGoesAgainWholeAPartOfOnePacketByPacket) {
+  for (const bool whole : {true, false}) {
+    TrainFake t;
+    // Of a 32 KiB WRITE (PSNs 10..41), the second train from PSN 14 on: all
+    // of it, or its packets after the second.
+    auto trains = t.drop(14, [whole](int train, uint32_t pos) { return train == 1 && (whole || pos >= 2); });
+    t.write(2, 32);
+    const std::vector<uint32_t> dropped = TrainFake::all(*trains);
     ASSERT_GE(dropped.size(), whole ? 2u : 1u) << whole;  // trains formed
-    const Counters ca = p.a.counters(), cb = p.b.counters();
+    const Counters ca = t.f->p->a.counters(), cb = t.f->p->b.counters();
     EXPECT_EQ(ca.req_timeouts, 0u) << whole;
     EXPECT_EQ(cb.resp_duplicates, 0u) << whole;
     EXPECT_EQ(ca.req_selective_resends, 1 + dropped.size()) << whole;
     EXPECT_EQ(ca.req_seq_naks_rcvd, 1 + (whole ? 1 : dropped.size())) << whole;
-    std::vector<uint32_t> psns = sent_psns(f);
-    ASSERT_EQ(psns.size(), 43 + dropped.size()) << whole;
-    EXPECT_EQ(std::vector<uint32_t>(psns.begin() + 43, psns.end()), dropped) << whole;
+    EXPECT_EQ(t.resent(1), dropped) << whole;
   }
+}
+
+// Where trains are cut into packets before the loss (a NIC, a tbf with a
+// small burst), a full queue drops parts of trains, and resending the rest
+// of a train resends what arrived.  Two NAKs for packets inside trains turn
+// that off: a train lost whole then goes again packet by packet, one NAK
+// each, until eight NAKs have named trains' first packets.
+TEST(RcSelectiveRepeat, PartsOfTrainsLostTurnRunsOffWholeTrainsOnAgain) {
+  TrainFake t;
+  // A 64 KiB WRITE (PSNs 10..73): the third packet of the second and third
+  // trains from PSN 10 on, then the whole fifth train.
+  auto first =
+      t.drop(10, [](int train, uint32_t pos) { return ((train == 1 || train == 2) && pos == 2) || train == 4; });
+  t.write(2, 64);
+  const std::vector<uint32_t> dropped = TrainFake::all(*first);
+  ASSERT_EQ(first->size(), 3u);
+  ASSERT_GE(first->at(4).size(), 2u);
+  Counters ca = t.f->p->a.counters();
+  EXPECT_EQ(ca.req_sr_trains_split, 1u);
+  EXPECT_EQ(ca.req_seq_naks_rcvd, 1 + dropped.size());  // every packet named by a NAK of its own
+  EXPECT_EQ(t.resent(1), dropped);
+  // A whole train lost in each of nine 32 KiB WRITEs: the first six go
+  // again packet by packet; the seventh is the eighth train whose first
+  // packet a NAK named since runs went off (the fifth train above was the
+  // first): runs are on again, and the last three go again after one NAK.
+  const size_t resends = t.resent().size();
+  const uint64_t naks = ca.req_seq_naks_rcvd;
+  auto lost = t.drop(
+      74, [](int train, uint32_t) { return train == 1; }, 32);  // each WRITE's second
+  for (uint64_t id = 3; id <= 11; ++id) t.write(id, 32);
+  ca = t.f->p->a.counters();
+  ASSERT_EQ(lost->size(), 9u);
+  size_t first_six = 0, n = 0;  // packets of the first six trains lost
+  for (const auto& [train, psns] : *lost) {
+    ASSERT_GE(psns.size(), 2u) << train;
+    if (n++ < 6) first_six += psns.size();
+  }
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  EXPECT_EQ(t.f->p->b.counters().resp_duplicates, 0u);
+  EXPECT_EQ(t.resent(resends), TrainFake::all(*lost));
+  EXPECT_EQ(ca.req_seq_naks_rcvd - naks, first_six + 3);
+  EXPECT_EQ(ca.req_sr_trains_split, 1u);
 }
 
 // The resend is lost too: the requester sends it again after about two

@@ -32,7 +32,8 @@ namespace uroce::transport {
   X(resp_xrc_srq_errors) X(xrc_handoff_sent) X(xrc_handoff_full) X(xrc_handoff_received) X(xrc_handoff_errors) \
   X(resp_final_acks_repeated) X(ecn_marked) X(cnp_sent) X(cnp_handled) X(cc_paced) X(cc_rate_mbps) \
   X(resp_ooo_kept) X(resp_ooo_duplicates) X(resp_ooo_executed) X(req_selective_resends) X(req_sr_peers) \
-  X(req_sr_probes_failed) X(srtt_us) X(cc_window) X(cc_delay_cuts) X(req_sr_stale_naks)
+  X(req_sr_probes_failed) X(srtt_us) X(cc_window) X(cc_delay_cuts) X(req_sr_stale_naks) \
+  X(req_sr_trains_split)
 // clang-format on
 
 struct Counters {

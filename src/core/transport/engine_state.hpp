@@ -85,11 +85,13 @@ struct RequesterState {
   uint32_t run_len = 0;  // inside it was drawn before the resend arrived)
   // Which PSNs (modulo kTrainPsns) were the first of this QP's packets in a
   // GSO train (a drop takes the whole train: a run resent is the rest of
-  // it), and the train of the packet sent last.
+  // it), and the train of the last packet sent for the first time.
   std::bitset<kTrainPsns> train_first;
   uint64_t last_train = ~uint64_t(0);
-  bool force_ack = false;  // the packet being built asks for an ACK
-  bool sr_check = false;   // una (sr_check_psn) is resent alone if still unacknowledged at sr_check_at
+  uint8_t split_score = 0;    // NAKs that showed parts of trains lost (selective.cpp)...
+  bool split_trains = false;  // ...enough of them: resend only what NAKs name
+  bool force_ack = false;     // the packet being built asks for an ACK
+  bool sr_check = false;      // una (sr_check_psn) is resent alone if still unacknowledged at sr_check_at
   uint32_t sr_check_psn = 0;
   uint32_t sr_backoff = 1;
   Clock::time_point sr_check_at;

@@ -209,8 +209,10 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
     fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
     return false;
   }
-  if (!psn_before(r.send_psn, r.sent_hwm)) r.train_first[r.send_psn % kTrainPsns] = nic.tx().train() != r.last_train;
-  r.last_train = nic.tx().train();
+  if (!psn_before(r.send_psn, r.sent_hwm)) {  // first sent: in the train of the packet before it?
+    r.train_first[r.send_psn % kTrainPsns] = nic.tx().train() != r.last_train;
+    r.last_train = nic.tx().train();
+  }
   // The last packet of a message that consumes a receive is ACKed lazily
   // (with the reply, or within a tick): not a round trip.
   const bool consumes = w.opcode != WrOpcode::rdma_write;

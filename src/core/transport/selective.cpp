@@ -53,6 +53,11 @@ void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   nic.arm_timer(qp, r.sr_check_at);
 }
 
+constexpr uint8_t kSplitStep = 4, kSplitOn = 8, kSplitMax = 32;  // note_nak
+
+// The first packet of the run last resent.
+uint32_t run_first(const RequesterState& r) noexcept { return psn_add(r.run_end, (kPsnMask + 1) - r.run_len); }
+
 // How many packets to resend from `psn`, missing at the peer.  What the
 // network drops together is a GSO train (a full queue, a socket buffer, a
 // firewall see one datagram), so a packet that left first in its train is
@@ -60,9 +65,12 @@ void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
 // (the packets before it arrived: the train was not dropped whole).  Without
 // GSO every packet is its own train.  (Guessing longer runs, as doubling
 // them while NAKs follow each other does, resends packets the peer kept into
-// the very queue that dropped the others.)
+// the very queue that dropped the others.)  Where trains are cut into
+// packets before the loss (a NIC's segmentation, a tbf's for trains above
+// its burst), a full queue drops some packets of a train and not others:
+// while the NAKs say so (note_nak), only what they name goes again.
 uint32_t run_from(const RequesterState& r, uint32_t psn) noexcept {
-  if (!r.train_first[psn % kTrainPsns]) return 1;
+  if (r.split_trains || !r.train_first[psn % kTrainPsns]) return 1;
   uint32_t n = 1;
   while (n < kMaxRun && psn_before(psn_add(psn, n), r.sent_hwm) && !r.train_first[psn_add(psn, n) % kTrainPsns]) ++n;
   return n;
@@ -71,8 +79,28 @@ uint32_t run_from(const RequesterState& r, uint32_t psn) noexcept {
 // `psn` is in the run last resent, after its first packet: the NAK was
 // drawn by an earlier packet of the run, before this one's resend arrived.
 bool later_in_run(const RequesterState& r, uint32_t psn) noexcept {
-  const uint32_t first = psn_add(r.run_end, (kPsnMask + 1) - r.run_len);
-  return psn_before(first, psn) && psn_before(psn, r.run_end);
+  return psn_before(run_first(r), psn) && psn_before(psn, r.run_end);
+}
+
+// What a NAK says of the path: one that names a packet that left inside a
+// train means the packet before it arrived from that train -- part of a train
+// was lost; one that names a train's first packet fits whole trains.  (One
+// naming the packet resent last, or the one after it, whose predecessor came
+// as a resend, says neither.)  A score with hysteresis: each of the first
+// kind adds 4 (up to 32), each of the second takes 1; at 8 runs go off, at
+// 0 on again.  A socket buffer that overflows in the middle of a train now
+// and then does not turn them off; a path that cuts trains keeps them off.
+void note_nak(Nic& nic, RequesterState& r, uint32_t psn) noexcept {
+  if (psn == run_first(r) || psn == r.run_end) return;
+  if (r.train_first[psn % kTrainPsns]) {
+    if (r.split_score > 0 && --r.split_score == 0) r.split_trains = false;
+    return;
+  }
+  r.split_score = uint8_t(std::min<uint32_t>(kSplitMax, r.split_score + kSplitStep));
+  if (r.split_score >= kSplitOn && !r.split_trains) {
+    r.split_trains = true;
+    ++nic.counters().req_sr_trains_split;
+  }
 }
 
 }  // namespace
@@ -101,6 +129,7 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
     ++nic.counters().req_sr_stale_naks;
     return true;
   } else {
+    note_nak(nic, r, psn);
     n = run_from(r, psn);
   }
   r.resend_psn = psn;
