@@ -88,9 +88,9 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   // A congested switch: an ECN-capable packet (ECT(0) or ECT(1)) that finds
   // `packets` or more queued at its destination is marked CE.  0: never.
   void set_ecn_threshold(size_t packets);
-  // Senders attached from now on may send GSO trains of up to `segments`
-  // packets (0: none, the default); each packet still arrives on its own,
-  // marked `joined` if it followed another in a train.
+  // Senders may send GSO trains of up to `segments` packets (0: none, the
+  // default; a NIC reads it when it opens its port); each packet still
+  // arrives on its own, marked `joined` if it followed another in a train.
   void set_gso_max(uint16_t segments);
   uint16_t gso_max() const;
 

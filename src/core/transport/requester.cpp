@@ -161,6 +161,11 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
   if (psn_before(psn, r.sent_hwm)) {
     ++nic.counters().req_retransmits;
   } else {
+    // Sent for the first time: in the train of the packet before it?  (A
+    // READ's response PSNs and an atomic's count as trains of their own.)
+    r.train_first[psn % kTrainPsns] = nic.tx().train() != r.last_train;
+    for (uint32_t k = 1; k < npsn; ++k) r.train_first[psn_add(psn, k) % kTrainPsns] = true;
+    r.last_train = nic.tx().train();
     r.sent_hwm = psn_add(psn, npsn);
     if (!r.timing && timeable && qp.reliable()) {  // time this one (selective.cpp)
       r.timing = true;
@@ -208,10 +213,6 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   if (!nic.tx().add(qp.peer, qp.icrc_ip, h, body, qp_tos(nic, qp))) {
     fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // the memory went away since registration
     return false;
-  }
-  if (!psn_before(r.send_psn, r.sent_hwm)) {  // first sent: in the train of the packet before it?
-    r.train_first[r.send_psn % kTrainPsns] = nic.tx().train() != r.last_train;
-    r.last_train = nic.tx().train();
   }
   // The last packet of a message that consumes a receive is ACKed lazily
   // (with the reply, or within a tick): not a round trip.
@@ -351,7 +352,7 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   while (true) {
     const verbs::QpState st = qp.state();
     if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
-    if (r.resend_left > 0) {  // lost packets, alone (selective.cpp)
+    if (r.resend_left > 0) {  // lost packets, before anything new (selective.cpp)
       if (budget == 0) {
         more = true;
         break;

@@ -54,8 +54,9 @@ void window_on_rtt(Nic& nic, QpEngine& qp, Clock::duration rtt) noexcept;
 void window_on_ack(Nic& nic, QpEngine& qp, uint32_t acked) noexcept;
 
 // Selective repeat (selective.cpp).  A sequence NAK for `psn`: true if it
-// is answered by resending that packet alone (the peer keeps what follows,
-// or this recovery finds out whether it does), false for go-back-N.
+// is answered by resending that packet (with the rest of its GSO train, or
+// nothing if its resend is on the way; the peer keeps what follows, or this
+// recovery finds out whether it does), false for go-back-N.
 bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
 // After a response moved una: settles a probe, moves the watch on una.
 // `nak`: a sequence NAK moved it (one for the PSN after a probe extends
@@ -63,7 +64,7 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
 void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept;
 // After packets went out: a peer that keeps has una watched.
 void sr_on_sent(Nic& nic, QpEngine& qp) noexcept;
-// The timer: una unacknowledged for about two round trips goes again, alone.
+// The timer: una unacknowledged for about two round trips goes again.
 void sr_on_timer(Nic& nic, QpEngine& qp) noexcept;
 // Takes an RTT sample when una passed the timed packet.
 void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept;

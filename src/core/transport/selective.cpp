@@ -42,8 +42,8 @@ std::chrono::nanoseconds resend_wait(const Nic& nic, const QpEngine& qp) noexcep
 }
 
 // Watches una: if it has not moved by sr_check_at, its packet goes again
-// alone (a lost resend, a lost NAK, a lost last ACK), waiting twice as long
-// each time.
+// (a lost resend, a lost NAK, a lost last ACK), waiting twice as long each
+// time.
 void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   RequesterState& r = qp.req;
   r.sr_check = true;
@@ -54,6 +54,8 @@ void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
 }
 
 constexpr uint8_t kSplitStep = 4, kSplitOn = 8, kSplitMax = 32;  // note_nak
+static_assert(kTrainPsns >= kMaxWindowPkts, "every PSN in flight has its train bit");
+static_assert(((kPsnMask + 1) % kTrainPsns) == 0, "train bits stay put across the PSN wrap");
 
 // The first packet of the run last resent.
 uint32_t run_first(const RequesterState& r) noexcept { return psn_add(r.run_end, (kPsnMask + 1) - r.run_len); }
@@ -83,13 +85,14 @@ bool later_in_run(const RequesterState& r, uint32_t psn) noexcept {
 }
 
 // What a NAK says of the path: one that names a packet that left inside a
-// train means the packet before it arrived from that train -- part of a train
-// was lost; one that names a train's first packet fits whole trains.  (One
-// naming the packet resent last, or the one after it, whose predecessor came
-// as a resend, says neither.)  A score with hysteresis: each of the first
-// kind adds 4 (up to 32), each of the second takes 1; at 8 runs go off, at
-// 0 on again.  A socket buffer that overflows in the middle of a train now
-// and then does not turn them off; a path that cuts trains keeps them off.
+// train means the packet before it arrived from that train -- part of a
+// train was lost; one that names a train's first packet fits whole trains.
+// (One naming the first packet of the run resent last, or the packet right
+// after that run, whose predecessor came as a resend, says neither.)  A
+// score with hysteresis: each of the first kind adds 4 (up to 32), each of
+// the second takes 1; at 8 runs go off, at 0 on again.  A socket buffer
+// that overflows in the middle of a train now and then does not turn them
+// off; a path that cuts trains keeps them off.
 void note_nak(Nic& nic, RequesterState& r, uint32_t psn) noexcept {
   if (psn == run_first(r) || psn == r.run_end) return;
   if (r.train_first[psn % kTrainPsns]) {
@@ -169,6 +172,9 @@ void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept {
       if (psn_before(r.una_psn, r.sent_hwm) && !psn_before(r.send_psn, r.sent_hwm)) go_back(nic, qp, r.una_psn);
     }
   }
+  // Acknowledged beyond the run last resent: it is done (una right after
+  // it still tells the watch that the tail after a run is missing).
+  if (r.run_len != 0 && psn_before(r.run_end, r.una_psn)) r.run_len = 0;
   if (r.sr_check && psn_before(r.sr_check_psn, r.una_psn)) {
     // Progress: watch the new una (a peer that keeps), or stop.
     r.sr_check = false;
@@ -188,11 +194,15 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
     nic.arm_timer(qp, r.sr_check_at);
     return;
   }
-  // No progress for about two round trips: the packet at una goes again
-  // (with the rest of its train: a tail lost with nothing after it to draw
-  // a NAK).
+  // No progress for about two round trips: the packet at una goes again,
+  // with the rest of its train.  If it is the packet right after a run
+  // resent and acknowledged, and no NAK came, nothing after it arrived
+  // either (a packet after a gap draws a NAK at once): the tail was lost,
+  // and goes again whole (at most kMaxRun packets of it).
   r.timing = false;
-  const uint32_t n = run_from(r, r.sr_check_psn);
+  uint32_t n = run_from(r, r.sr_check_psn);
+  if (r.run_len != 0 && r.sr_check_psn == r.run_end)
+    n = std::max<uint32_t>(n, std::min<uint32_t>(kMaxRun, uint32_t(psn_diff(r.sent_hwm, r.sr_check_psn))));
   r.resend_left = n;
   r.resend_psn = r.sr_check_psn;
   r.run_end = psn_add(r.sr_check_psn, n);
