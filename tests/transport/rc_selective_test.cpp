@@ -303,6 +303,28 @@ TEST(RcSelectiveRepeat, ATailLostWholeGoesAgainAfterTheWatchTwice) {
   EXPECT_EQ(asks, (std::vector<bool>{true, false, false, true}));
 }
 
+// A READ request lost (then its first resend too), to a peer known to keep:
+// the watch asks again after about two round trips, long before the QP's
+// retransmission timeout, and without using up a retry.
+TEST(RcSelectiveRepeat, ALostReadRequestIsAskedAgainByTheWatch) {
+  PairOptions o = patient(std::chrono::milliseconds(5));
+  o.timeout = 16;  // 268 ms: far beyond the watches
+  Fake f(o);
+  f.net->set_recording(true);
+  lose(f, {3, 10, 10});  // 10: the READ's request
+  send_10k(*f.p, 1);
+  Pair& p = *f.p;
+  fill_pattern(p.b.buf.data() + 8192, 4096, 5);
+  Sge sge = p.a.sge(8192, 4096);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::rdma_read, &sge, p.b.addr(8192), p.b.mr->rkey())).ok());
+  expect_one(*p.a.scq, 2, WcOpcode::rdma_read, 4096);
+  EXPECT_EQ(first_diff(p.a.buf.data() + 8192, p.b.buf.data() + 8192, 4096), -1);
+  const Counters ca = p.a.counters();
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  EXPECT_EQ(ca.req_sr_rd_atomic_resends, 2u);
+  EXPECT_EQ(sent_psns(f), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 3, 10, 10, 10}));
+}
+
 // The resend is lost too: the requester sends it again after about two
 // round trips (here at least 5 ms), long before the QP's retransmission
 // timeout (67 ms).

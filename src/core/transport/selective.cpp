@@ -194,6 +194,23 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
     nic.arm_timer(qp, r.sr_check_at);
     return;
   }
+  r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 8);  // well inside the QP's own timeout
+  uint32_t idx;
+  if (find_wqe(qp, r.sr_check_psn, idx) && is_rd_atomic(qp.sq.at(idx).opcode)) {
+    // A READ or an atomic unanswered for about two round trips: its request
+    // goes again (a READ's from its first missing response), and what
+    // follows it, as the QP's timeout would send them -- without using up
+    // one of its retries, which under heavy loss a READ could otherwise
+    // exhaust (each try needs its request and a response through).
+    const uint32_t backoff = r.sr_backoff;
+    go_back(nic, qp, r.sr_check_psn);
+    ++nic.counters().req_sr_rd_atomic_resends;
+    r.sr_check = true;  // go_back stopped the watch: keep it, backing off
+    r.sr_backoff = backoff;
+    r.sr_check_at = nic.now() + resend_wait(nic, qp);
+    nic.arm_timer(qp, r.sr_check_at);
+    return;
+  }
   // No progress for about two round trips: the packet at una goes again,
   // with the rest of its train.  If it is the packet right after a run
   // resent and acknowledged, and no NAK came, nothing after it arrived
@@ -207,7 +224,6 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
   r.resend_psn = r.sr_check_psn;
   r.run_end = psn_add(r.sr_check_psn, n);
   r.run_len = n;
-  r.sr_backoff = std::min<uint32_t>(r.sr_backoff * 2, 8);  // well inside the QP's own timeout
   r.sr_check_at = nic.now() + resend_wait(nic, qp);
   nic.arm_timer(qp, r.sr_check_at);
   nic.schedule(qp);
