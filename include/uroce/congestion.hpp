@@ -69,6 +69,16 @@ struct SwiftParams {
   uint32_t pace_below = 32;
   uint32_t compete_after = 8;
   uint32_t calm_to_leave = 64;
+  // Competing for a queue a loss-based flow (TCP) keeps full, the window
+  // grows `compete_ai` packets per round trip and a loss event (at most one
+  // per round trip) cuts it to `compete_beta` of itself, and it is not
+  // paced: a drop-tail queue kept nearly full admits bursts and drops evenly
+  // spaced packets, and a loss-based competitor answers each loss event far
+  // less than halving would (docs/congestion.md: one flow beside iperf3
+  // through a 1 Gbit/s tbf had a tenth of TCP's goodput halving, paced, at
+  // one packet per round trip).
+  double compete_ai = 4.0;
+  double compete_beta = 0.7;
 };
 
 struct CongestionConfig {

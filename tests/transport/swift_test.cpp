@@ -152,7 +152,7 @@ TEST(Swift, AQueueThatDoesNotDrainIsSomeoneElsesThenOnlyLossesCount) {
   const uint32_t w = s.window(kMax);
   EXPECT_EQ(s.on_rtt(p, 2ms, t += 3ms, kMax), Swift::Verdict::fine);  // delay no longer cuts
   s.on_ack(p, w, kMax);                                               // and ACKs grow it
-  EXPECT_EQ(s.window(kMax), w + 1);
+  EXPECT_EQ(s.window(kMax), w + 4);
   EXPECT_TRUE(s.on_loss(p, t += 3ms, kMax, true));  // but any loss does
   // calm_to_leave round trips in a row under the target: back to yielding.
   for (uint32_t i = 0; i + 1 < p.calm_to_leave; ++i) s.on_rtt(p, 150us, t += 3ms, kMax);
@@ -162,6 +162,35 @@ TEST(Swift, AQueueThatDoesNotDrainIsSomeoneElsesThenOnlyLossesCount) {
   EXPECT_TRUE(s.competing());
   s.on_rtt(p, 150us, t += 3ms, kMax);
   EXPECT_FALSE(s.competing());
+}
+
+// Competing, the window answers as a loss-based flow does: compete_ai
+// packets per window of ACKs, a loss takes it to compete_beta of itself, and
+// it leaves unpaced (a window as small, yielding, is paced).
+TEST(Swift, CompetingGrowsByCompeteAiCutsToCompeteBetaUnpaced) {
+  SwiftParams p;
+  Swift s;
+  s.on_rtt(p, 100us, t0, kMax);
+  Clock::time_point t = t0;
+  // 256 cut 8 times by half (2 ms: excess 1.6/2 x 0.8 > max_mdf), not below
+  // min_window: 2 packets.
+  for (uint32_t i = 0; i < p.compete_after; ++i) s.on_rtt(p, 2ms, t += 3ms, kMax);
+  ASSERT_TRUE(s.competing());
+  ASSERT_EQ(s.window(kMax), 2u);
+  EXPECT_FALSE(s.paced(p, kMax));
+  for (int i = 0; i < 5; ++i) s.on_ack(p, s.window(kMax), kMax);  // + 4 a window: 2, 6, .. 22
+  EXPECT_EQ(s.window(kMax), 22u);
+  EXPECT_FALSE(s.paced(p, kMax));
+  EXPECT_TRUE(s.on_loss(p, t += 3ms, kMax, true));
+  EXPECT_EQ(s.window(kMax), 15u);  // 22 x 0.7 = 15.4
+  p.compete_beta = 0.5;
+  EXPECT_TRUE(s.on_loss(p, t += 3ms, kMax, true));
+  EXPECT_EQ(s.window(kMax), 7u);  // 15.4 / 2
+  // Calm for calm_to_leave round trips: yielding again, and this small
+  // window is paced.
+  for (uint32_t i = 0; i < p.calm_to_leave; ++i) s.on_rtt(p, 150us, t += 3ms, kMax);
+  ASSERT_FALSE(s.competing());
+  EXPECT_TRUE(s.paced(p, kMax));
 }
 
 // A loss behind a queue while the window is already down to 2 x min_window:

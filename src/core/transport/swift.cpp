@@ -56,7 +56,7 @@ Swift::Verdict Swift::on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::t
 
 void Swift::on_ack(const SwiftParams& p, uint32_t acked, uint32_t max) noexcept {
   if (cwnd_ == 0 || (last_rtt_ > target(p) && !competing_)) return;
-  cwnd_ = std::min(double(max), cwnd_ + p.ai * double(acked) / cwnd_);
+  cwnd_ = std::min(double(max), cwnd_ + (competing_ ? p.compete_ai : p.ai) * double(acked) / cwnd_);
 }
 
 bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, bool random_possible) noexcept {
@@ -70,18 +70,19 @@ bool Swift::on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, b
   // Behind a queue (or competing for one) a loss is the queue's limit: down
   // to min_window, or N flows' floors alone would overflow it.  Otherwise
   // (a go-back-N peer, a READ gap) not below loss_window.
-  halve(queue || competing_ ? double(p.min_window) : double(p.loss_window), now);
+  const double factor = competing_ ? p.compete_beta : 0.5;
+  reduce(queue || competing_ ? double(p.min_window) : double(p.loss_window), factor, now);
   return true;
 }
 
 void Swift::on_timeout(const SwiftParams& p, Clock::time_point now, uint32_t max) noexcept {
   start(max);
-  halve(double(p.loss_window), now);
+  reduce(double(p.loss_window), 0.5, now);
 }
 
-void Swift::halve(double floor, Clock::time_point now) noexcept {
+void Swift::reduce(double floor, double factor, Clock::time_point now) noexcept {
   last_cut_ = now;
-  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ / 2});
+  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ * factor});
 }
 
 void Swift::on_sent(const SwiftParams& p, uint32_t bytes, Clock::time_point now, Clock::duration srtt, uint32_t mtu,

@@ -24,15 +24,16 @@ class Swift {
   // A round trip of `rtt` was measured: above the target the window is cut,
   // once per round trip (`fine`: below it, or competing).
   // `acked` packets were acknowledged: while the last round trip was under
-  // the target (or competing) the window grows by `ai` x acked / window, `ai`
-  // per window's worth of ACKs (per round trip), whether or not that round
-  // trip could be timed (none is across a resend).
+  // the target (or competing) the window grows by `ai` (`compete_ai`) x
+  // acked / window, `ai` per window's worth of ACKs (per round trip),
+  // whether or not that round trip could be timed (none is across a resend).
   void on_ack(const SwiftParams& p, uint32_t acked, uint32_t max) noexcept;
   Verdict on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::time_point now, uint32_t max) noexcept;
   // A packet was lost.  `random_possible`: the peer keeps what follows a
   // loss, so a loss without a queue costs nothing; otherwise (go-back-N
-  // resends the window) it halves the window like a congestive one.  True if
-  // the window was cut.  Once per window of packets: the caller's to gate.
+  // resends the window) it halves the window like a congestive one;
+  // competing, it takes the window to `compete_beta` of itself.  True if the
+  // window was cut.  Once per window of packets: the caller's to gate.
   bool on_loss(const SwiftParams& p, Clock::time_point now, uint32_t max, bool random_possible) noexcept;
   // Nothing came back in time: half the window, at once.  Losses take it
   // down to `loss_window`, no further.
@@ -41,12 +42,13 @@ class Swift {
   // The least round trip of the last one to two base periods (0: none yet).
   Clock::duration base() const noexcept;
   Clock::duration target(const SwiftParams& p) const noexcept { return base() + p.target_delay; }
-  // Pacing: a window cut to `pace_below` packets or less, or one competing
-  // for a queue.  (Not a large window: on a fast path the wake-ups pacing
-  // takes cost more than the bursts it spreads; ib_write_bw 1 MiB on a veth
-  // fell from ~3.3 to ~2.4 GB/s with every cut window paced.)
+  // Pacing: a window cut to `pace_below` packets or less, yielding to
+  // delay.  (Not a large window: on a fast path the wake-ups pacing takes
+  // cost more than the bursts it spreads; ib_write_bw 1 MiB on a veth fell
+  // from ~3.3 to ~2.4 GB/s with every cut window paced.  Nor one competing
+  // for a queue: SwiftParams::compete_ai.)
   bool paced(const SwiftParams& p, uint32_t max) const noexcept {
-    return cwnd_ != 0 && cwnd_ < max && (competing_ || cwnd_ <= p.pace_below);
+    return cwnd_ != 0 && cwnd_ < max && !competing_ && cwnd_ <= p.pace_below;
   }
   // A packet of `bytes` left: the next may leave bytes / (pace_gain x
   // window x mtu / srtt) later (less credit saved beyond pace_burst).
@@ -63,9 +65,9 @@ class Swift {
  private:
   void start(uint32_t max) noexcept;
   bool cut(double floor, double factor, Clock::time_point now) noexcept;
-  // Half the window, not below `floor` (nor below 1; a window already under
-  // `floor` stays), at once.
-  void halve(double floor, Clock::time_point now) noexcept;
+  // `factor` of the window, not below `floor` (nor below 1; a window already
+  // under `floor` stays), at once.
+  void reduce(double floor, double factor, Clock::time_point now) noexcept;
 
   double cwnd_ = 0;  // 0: not started
   Clock::duration base_{Clock::duration::max()}, epoch_min_{Clock::duration::max()};
