@@ -56,27 +56,26 @@ struct SwiftParams {
   uint32_t min_window = 2;  // packets
   // A loss without a queue behind it (a READ gap, a go-back-N peer) or a
   // timeout halves the window down to this many packets and no further; a
-  // loss behind a queue goes down to min_window.
+  // loss behind a queue (or any loss, competing) goes down to min_window.
   uint32_t loss_window = 16;
   std::chrono::milliseconds base_period{5000};  // base RTT: the least of the last one to two periods
-  // A window cut to `pace_below` packets or less (or competing for a queue)
-  // is paced at `pace_gain` x window / srtt, with at most `pace_burst` of
-  // credit saved up: it leaves spread over the round trip instead of as one
-  // burst into a queue (a drop-tail queue that someone else keeps nearly full
-  // drops a burst's tail and admits evenly spaced packets).
+  // A window cut to `pace_below` packets or less while yielding to delay
+  // (not competing: compete_ai) is paced at `pace_gain` x window / srtt,
+  // with at most `pace_burst` of credit saved up: it leaves spread over the
+  // round trip instead of as one burst into the queue it yields to.
   double pace_gain = 1.5;
   std::chrono::microseconds pace_burst{20};
   uint32_t pace_below = 32;
   uint32_t compete_after = 8;
   uint32_t calm_to_leave = 64;
   // Competing for a queue a loss-based flow (TCP) keeps full, the window
-  // grows `compete_ai` packets per round trip and a loss event (at most one
-  // per round trip) cuts it to `compete_beta` of itself, and it is not
-  // paced: a drop-tail queue kept nearly full admits bursts and drops evenly
-  // spaced packets, and a loss-based competitor answers each loss event far
-  // less than halving would (docs/congestion.md: one flow beside iperf3
-  // through a 1 Gbit/s tbf had a tenth of TCP's goodput halving, paced, at
-  // one packet per round trip).
+  // grows `compete_ai` packets per round trip, a loss event (once per window
+  // in flight) cuts it to `compete_beta` of itself, and it is not paced.
+  // Measured (docs/congestion.md): one flow beside iperf3 through a 1 Gbit/s
+  // tbf had a tenth of TCP's goodput halving at one packet per round trip,
+  // while TCP kept a window twice as large through five times as many
+  // recovery episodes; paced, the new growth and cut gained about half as
+  // much as unpaced.
   double compete_ai = 4.0;
   double compete_beta = 0.7;
 };

@@ -172,8 +172,8 @@ TEST(Swift, CompetingGrowsByCompeteAiCutsToCompeteBetaUnpaced) {
   Swift s;
   s.on_rtt(p, 100us, t0, kMax);
   Clock::time_point t = t0;
-  // 256 cut 8 times by half (2 ms: excess 1.6/2 x 0.8 > max_mdf), not below
-  // min_window: 2 packets.
+  // 2 ms against a 500 us target: excess 1.5/2 x 0.8 > max_mdf, so each
+  // cut halves; 256 is at min_window (2) after 7, the 8th held there.
   for (uint32_t i = 0; i < p.compete_after; ++i) s.on_rtt(p, 2ms, t += 3ms, kMax);
   ASSERT_TRUE(s.competing());
   ASSERT_EQ(s.window(kMax), 2u);
@@ -186,6 +186,12 @@ TEST(Swift, CompetingGrowsByCompeteAiCutsToCompeteBetaUnpaced) {
   p.compete_beta = 0.5;
   EXPECT_TRUE(s.on_loss(p, t += 3ms, kMax, true));
   EXPECT_EQ(s.window(kMax), 7u);  // 15.4 / 2
+  // A timeout halves, competing or not, down to loss_window no further.
+  for (int i = 0; i < 8; ++i) s.on_ack(p, s.window(kMax), kMax);  // 7.7 + ~4 x 8: ~38
+  const uint32_t before = s.window(kMax);
+  ASSERT_GT(before, 2 * p.loss_window);
+  s.on_timeout(p, t += 3ms, kMax);
+  EXPECT_EQ(s.window(kMax), before / 2);
   // Calm for calm_to_leave round trips: yielding again, and this small
   // window is paced.
   for (uint32_t i = 0; i < p.calm_to_leave; ++i) s.on_rtt(p, 150us, t += 3ms, kMax);

@@ -38,9 +38,9 @@ uint8_t qp_tos(const Nic& nic, const QpEngine& qp) noexcept;
 void congestion_marked(Nic& nic, QpEngine& qp) noexcept;
 // A CNP for `qp` arrived from its peer.
 void congestion_notified(Nic& nic, QpEngine& qp) noexcept;
-// Whether `qp` is paced (a DCQCN rate, or a cut Swift window: the
-// window spread over the round trip); if so, `at` is when its next packet
-// may leave.
+// Whether `qp` is paced (a DCQCN rate, or a small Swift window yielding
+// to delay, not competing: the window spread over the round trip); if so,
+// `at` is when its next packet may leave.
 bool pace_next(const Nic& nic, const QpEngine& qp, Clock::time_point& at) noexcept;
 // Whether `qp`'s requester may send now; if not, a timer is armed for when
 // it may.
