@@ -6,6 +6,8 @@
                                        its --json has the expected fields
   check_tools.py perf UROCE            `uroce perf --json` parses and has the
                                        expected fields for every point
+  check_tools.py perf-qps UROCE        `uroce perf --qps 5`: every QP's share,
+                                       Jain's index over them; SEND refused
   check_tools.py baseline UROCE        `uroce baseline ... --json` likewise
 
 Quick (a few seconds each): these check that the tools work, not how fast
@@ -99,6 +101,28 @@ def perf(uroce):
     check(("atomic", "lat", 8) in seen and ("atomic", "bw", 8) in seen, "missing atomics", out)
 
 
+def perf_qps(uroce):
+    """--qps: one-sided bandwidth over several QPs, each QP's share reported."""
+    n = 5
+    out = run([uroce, "perf", "--json", "--qps", str(n), "--op", "write,read,atomic", "--test", "bw", "--size", "4K",
+               "--duration", "0.1", "--udp-port", "0", "--cpus", "none"])
+    j = json.loads(out)
+    check(j["ok"] is True and j["config"]["qps"] == n, "perf --qps header", out)
+    res = j["results"]
+    check(sorted(r["op"] for r in res) == ["atomic", "read", "write"], "one point per op", out)
+    for r in res:
+        per = r["qp_bytes_per_s"]
+        check(len(per) == n and all(number(x) and x > 0 for x in per), "every QP moved data", r)
+        jain = sum(per) ** 2 / (n * sum(x * x for x in per))
+        check(number(r["jain"]) and abs(r["jain"] - jain) < 1e-9 and 1 / n <= jain <= 1 + 1e-12, "jain", r)
+        # The shares cover the time up to the last posts, the aggregate also
+        # the drain after it: the same order of magnitude.
+        check(0.2 * r["bytes_per_s"] <= sum(per) <= 5 * r["bytes_per_s"], "shares add up", r)
+    p = subprocess.run([uroce, "perf", "--qps", "2", "--op", "send", "--test", "bw", "--udp-port", "0", "--cpus",
+                        "none"], capture_output=True, text=True, timeout=60)
+    check(p.returncode != 0 and "EINVAL" in p.stderr and "--qps" in p.stderr, "--qps with SEND refused", p.stderr)
+
+
 def baseline(uroce):
     for wait in ("busy", "blocking"):
         j = json.loads(run([uroce, "baseline", "udp-pingpong", "--wait", wait, "--duration", "0.1", "--json",
@@ -133,6 +157,8 @@ def main():
             pingpong(uroce, sys.argv[3])
         elif what == "perf":
             perf(uroce)
+        elif what == "perf-qps":
+            perf_qps(uroce)
         elif what == "baseline":
             baseline(uroce)
         elif what == "pubsub":

@@ -32,6 +32,15 @@ const char* name(Op o) noexcept {
 
 const char* name(Test t) noexcept { return t == Test::lat ? "lat" : "bw"; }
 
+double Outcome::jain() const {
+  double sum = 0, sq = 0;
+  for (double x : qp_bytes_per_s) {
+    sum += x;
+    sq += x * x;
+  }
+  return sq > 0 ? sum * sum / (double(qp_bytes_per_s.size()) * sq) : std::nan("");
+}
+
 std::optional<Op> parse_op(std::string_view s) noexcept {
   for (Op o : {Op::send, Op::write, Op::read, Op::atomic})
     if (s == name(o)) return o;
@@ -133,6 +142,10 @@ Result<std::vector<Point>> points_of(const Options& o) {
       for (uint32_t s : sizes) pts.push_back({op, t, s});
     }
   if (pts.empty()) return err::inval("nothing to measure");
+  if (o.cfg.qps > 1)
+    for (const Point& pt : pts)
+      if (pt.test != Test::bw || pt.op == Op::send)
+        return err::inval("--qps " + std::to_string(o.cfg.qps) + ": bandwidth of write, read or atomic only");
   return pts;
 }
 
@@ -173,8 +186,9 @@ void print_table(const Options& o, const std::vector<Outcome>& out, const std::s
     std::printf("\n");
   }
   if (any_bw) {
-    std::printf("Bandwidth and message rate: window %u, post list %u, one signaled per %u\n", o.cfg.window,
-                o.cfg.post_list, o.cfg.signal_every);
+    std::printf("Bandwidth and message rate: window %u%s, post list %u, one signaled per %u\n", o.cfg.window,
+                o.cfg.qps > 1 ? (" on each of " + std::to_string(o.cfg.qps) + " QPs").c_str() : "", o.cfg.post_list,
+                o.cfg.signal_every);
     std::printf("%-7s %9s %10s %10s %10s %10s   %10s %10s\n", "op", "size", "messages", "Mmsg/s", "MB/s", "Gbit/s",
                 "client CPU", "server CPU");
     for (const Outcome& r : out) {
@@ -189,6 +203,12 @@ void print_table(const Options& o, const std::vector<Outcome>& out, const std::s
                   bench::fmt(r.msgs_per_s() / 1e6, 3).c_str(), bench::fmt(r.bytes_per_s() / 1e6, 1).c_str(),
                   bench::fmt(r.bytes_per_s() * 8 / 1e9, 2).c_str(), cpu_cell(r.client_cpu).c_str(),
                   cpu_cell(r.server_cpu).c_str());
+      if (!r.qp_bytes_per_s.empty()) {
+        const auto [lo, hi] = std::minmax_element(r.qp_bytes_per_s.begin(), r.qp_bytes_per_s.end());
+        std::printf("%-7s %9s %zu QPs: MB/s per QP min %s, max %s; Jain's index %s\n", "", "", r.qp_bytes_per_s.size(),
+                    bench::fmt(*lo / 1e6, 1).c_str(), bench::fmt(*hi / 1e6, 1).c_str(),
+                    bench::fmt(r.jain(), 3).c_str());
+      }
     }
     std::printf("\n");
   }
@@ -212,7 +232,7 @@ void print_json(const Options& o, const std::vector<Outcome>& out, const std::st
   j.field("window", o.cfg.window).field("post_list", o.cfg.post_list).field("signal_every", o.cfg.signal_every);
   j.field("wait", o.cfg.notify ? "notify" : "busy");
   j.field("server", o.cfg.server == Server::sleep ? "sleep" : "poll");
-  j.field("mtu", o.cfg.mtu).field("inline_up_to", o.cfg.inline_small ? 64 : 0);
+  j.field("mtu", o.cfg.mtu).field("inline_up_to", o.cfg.inline_small ? 64 : 0).field("qps", o.cfg.qps);
   j.end_object();
   j.key("client").begin_object().field("addr", client_addr).field("cpu", ccpu).end_object();
   j.key("server").begin_object().field("addr", server_addr).field("cpu", scpu).end_object();
@@ -237,6 +257,12 @@ void print_json(const Options& o, const std::vector<Outcome>& out, const std::st
       j.field("msgs", r.msgs).field("seconds", r.seconds);
       j.field("msgs_per_s", r.msgs_per_s()).field("bytes_per_s", r.bytes_per_s());
       j.field("gbytes_per_s", r.bytes_per_s() / 1e9);
+      if (!r.qp_bytes_per_s.empty()) {
+        j.key("qp_bytes_per_s").begin_array();
+        for (double x : r.qp_bytes_per_s) j.value(x);
+        j.end_array();
+        j.field("jain", r.jain());
+      }
     }
     if (r.point.op == Op::send) j.field("server_received", r.server_received);
     j.key("client_cpu");
@@ -376,6 +402,12 @@ Command add_perf(CLI::App& root) {
       ->capture_default_str();
   c.app->add_option("--signal-every", o.cfg.signal_every, "bw: one signaled work request per this many")
       ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  c.app
+      ->add_option("--qps", o.cfg.qps,
+                   "bw of write, read, atomic: over this many RC QPs, a window on each; reports each QP's share and "
+                   "Jain's fairness index")
+      ->check(CLI::Range(1u, perf::kMaxQps))
       ->capture_default_str();
   c.app->add_option("--wait", o.wait, "how the client waits: busy or notify")->capture_default_str();
   c.app

@@ -8,6 +8,8 @@
 //    `post_list` per post_send call, one signaled every `signal_every` (an
 //    RC completion covers the unsignaled ones before it); messages and
 //    bytes per second of payload, after a warm-up of a tenth of the time.
+//    With `qps` QPs (one-sided operations), a window on each, posted in
+//    turn, and each QP's share counted apart.
 #include <unistd.h>
 
 #include <cstring>
@@ -46,6 +48,7 @@ class Client {
   std::optional<CompletionQueue> cq_;
   std::optional<ProtectionDomain> pd_;
   std::optional<QueuePair> qp_;
+  std::vector<QueuePair> more_;  // --qps: the QPs after the first
   std::unique_ptr<demo::Buffer> buf_;
   std::optional<MemoryRegion> mr_;
   uint64_t their_addr_ = 0, their_counter_ = 0;
@@ -78,7 +81,9 @@ Status Client::setup() {
   auto ch = ctx_->create_comp_channel();
   if (!ch.ok()) return ch.status();
   channel_ = std::move(*ch);
-  auto cq = ctx_->create_cq(4096, &*channel_);
+  // Room for every QP's signaled work requests in flight.
+  const uint32_t per_qp = c_.window / std::max<uint32_t>(1, c_.signal_every) + c_.post_list + 2;
+  auto cq = ctx_->create_cq(std::max<uint32_t>(4096, c_.qps * per_qp + 64), &*channel_);
   if (!cq.ok()) return cq.status();
   cq_ = std::move(*cq);
   auto pd = ctx_->alloc_pd();
@@ -100,6 +105,7 @@ Status Client::setup() {
   auto kv = demo::to_kv(qp_->local_info());
   if (c_.mtu) kv["mtu"] = std::to_string(c_.mtu);
   kv["window"] = std::to_string(c_.window);
+  kv["qps"] = std::to_string(c_.qps);
   UROCE_TRY(link_->send("hello", kv));
   auto r = link_->expect("hello");
   if (!r.ok()) return r.status();
@@ -110,7 +116,19 @@ Status Client::setup() {
   if (c_.mtu) co.mtu = *mtu_from_bytes(c_.mtu);
   rd_atomic_ = std::min<uint32_t>(uint32_t(r->num("rd_atomic")), ctx_->device_attr().max_qp_init_rd_atom);
   co.max_rd_atomic = co.max_dest_rd_atomic = uint8_t(std::max<uint32_t>(1, rd_atomic_));
-  return qp_->connect(demo::peer_from(*r), co);
+  UROCE_TRY(qp_->connect(demo::peer_from(*r), co));
+  // The other QPs, one exchange each.
+  qc.cap.max_recv_wr = 1;
+  for (uint32_t i = 1; i < c_.qps; ++i) {
+    auto q = pd_->create_qp(qc);
+    if (!q.ok()) return q.status();
+    UROCE_TRY(link_->send("qp", demo::to_kv(q->local_info())));
+    auto m = link_->expect("qp");
+    if (!m.ok()) return m.status();
+    UROCE_TRY(q->connect(demo::peer_from(*m), co));
+    more_.push_back(std::move(*q));
+  }
+  return {};
 }
 
 SendWr Client::wr_for(const Point& p, const Sge* sge) const {
@@ -220,52 +238,76 @@ Status Client::bandwidth(const Point& p, Outcome& out) {
   SendWr base = wr_for(p, &local);
   if (c_.inline_small && size <= 64 && (p.op == Op::send || p.op == Op::write)) base.send_flags |= send_flags::kInline;
   std::vector<SendWr> wrs(list, base);
-  uint64_t posted = 0, completed = 0;
-  // Posts n work requests; every `every`-th is signaled, its wr_id the
-  // number of work requests up to it.
-  auto post = [&](uint32_t n) -> Status {
+  std::vector<QueuePair*> qps{&*qp_};
+  for (QueuePair& q : more_) qps.push_back(&q);
+  // Per QP: work requests posted and completed, completed when the
+  // measurement began and when posting stopped.  A wr_id is the QP's index
+  // (high bits) and the number of its work requests up to this one.
+  struct Flow {
+    uint64_t posted = 0, completed = 0, first = 0, at_stop = 0;
+  };
+  std::vector<Flow> f(qps.size());
+  constexpr int kQpShift = 40;
+  // Posts n work requests on QP q; every `every`-th is signaled.
+  auto post = [&](uint32_t q, uint32_t n) -> Status {
     for (uint32_t k = 0; k < n; ++k) {
-      const uint64_t idx = posted + k;
-      wrs[k].wr_id = idx + 1;
+      const uint64_t idx = f[q].posted + k;
+      wrs[k].wr_id = (uint64_t(q) << kQpShift) | (idx + 1);
       wrs[k].send_flags =
           (base.send_flags & ~send_flags::kSignaled) | ((idx + 1) % every == 0 ? send_flags::kSignaled : 0u);
     }
-    UROCE_TRY(qp_->post_send(std::span<const SendWr>(wrs.data(), n)));
-    posted += n;
+    UROCE_TRY(qps[q]->post_send(std::span<const SendWr>(wrs.data(), n)));
+    f[q].posted += n;
     return {};
   };
   const double t0 = now_us();
   const double warm_end = t0 + c_.duration_s * 1e6 / 10;
   const double end = warm_end + c_.duration_s * 1e6;
   bool warmed = false, stopping = false;
-  double t_first = 0, t_last = 0;
-  uint64_t c_first = 0;
+  double t_first = 0, t_last = 0, t_stop = 0;
+  uint32_t draining = 0;  // QPs whose last work request has not completed
   bench::CpuSample c0;
   for (;;) {
-    while (!stopping && posted + list - completed <= window) UROCE_TRY(post(list));
+    if (!stopping)
+      for (uint32_t q = 0; q < qps.size(); ++q)
+        while (f[q].posted + list - f[q].completed <= window) UROCE_TRY(post(q, list));
     auto wc = w.next();
     if (!wc.ok()) return wc.status();
     if (wc->status != WcStatus::success)
       return err::io(std::string(to_string(wc->opcode)) + " completed with " + to_string(wc->status));
-    completed = wc->wr_id;
+    const uint64_t q = wc->wr_id >> kQpShift;
+    if (q >= f.size()) return err::io("a completion of no work request of this test");
+    f[q].completed = wc->wr_id & ((uint64_t(1) << kQpShift) - 1);
     const double t = now_us();
     t_last = t;
     if (!warmed && t >= warm_end) {
       warmed = true;
       t_first = t;
-      c_first = completed;
+      for (Flow& x : f) x.first = x.completed;
       c0 = bench::sample_cpu(&*ctx_);
     }
     if (!stopping && t >= end) {
       stopping = true;
-      // The last work request must be signaled for its completion to come.
-      if (posted % every != 0) UROCE_TRY(post(uint32_t(every - posted % every)));
+      t_stop = t;
+      // The last work request of each QP must be signaled for its
+      // completion to come.
+      for (uint32_t k = 0; k < qps.size(); ++k) {
+        f[k].at_stop = f[k].completed;
+        if (f[k].posted % every != 0) UROCE_TRY(post(k, uint32_t(every - f[k].posted % every)));
+        if (f[k].completed != f[k].posted) ++draining;
+      }
+    } else if (stopping && f[q].completed == f[q].posted) {
+      --draining;
     }
-    if (stopping && completed == posted) break;
+    if (stopping && draining == 0) break;
   }
   out.client_cpu = bench::cpu_between(c0, bench::sample_cpu(&*ctx_));
-  out.msgs = completed - c_first;
+  out.msgs = 0;
+  for (const Flow& x : f) out.msgs += x.completed - x.first;
   out.seconds = (t_last - t_first) / 1e6;
+  if (qps.size() > 1 && t_stop > t_first)
+    for (const Flow& x : f)
+      out.qp_bytes_per_s.push_back(double(x.at_stop - x.first) * size / ((t_stop - t_first) / 1e6));
   return marker(w);
 }
 
@@ -294,6 +336,7 @@ Status Client::point(const Point& p, Outcome& out) {
 void Client::breakdown() noexcept {
   if (link_ && fd_ >= 0 && link_->send("bye").ok()) (void)link_->expect("bye", 5000);
   mr_.reset();
+  more_.clear();
   qp_.reset();
   buf_.reset();
   pd_.reset();

@@ -53,6 +53,9 @@ struct Config {
   Server server = Server::poll;
   uint32_t mtu = 0;          // path MTU (0: the ports' smaller MTU)
   bool inline_small = true;  // SEND/WRITE of <= 64 bytes inline (no lkey lookup)
+  // One-sided bandwidth over this many RC QPs, `window` outstanding on
+  // each (the first also carries the markers).
+  uint32_t qps = 1;
 };
 
 // What one point measured.
@@ -67,6 +70,11 @@ struct Outcome {
   double seconds = 0;
   double msgs_per_s() const { return seconds > 0 ? double(msgs) / seconds : std::nan(""); }
   double bytes_per_s() const { return seconds > 0 ? double(msgs) * point.size / seconds : std::nan(""); }
+  // With more than one QP: each QP's payload bytes per second, up to the
+  // moment the last work requests were posted, and Jain's fairness index
+  // over them ((sum x)^2 / (n sum x^2): 1 when equal, 1/n when one has all).
+  std::vector<double> qp_bytes_per_s;
+  double jain() const;
   bench::CpuShare client_cpu, server_cpu;
   uint64_t server_received = 0;  // SENDs the server received in the point (warm-up included)
 };
@@ -95,6 +103,8 @@ int run_server(const ServerConfig& sc);
 inline constexpr uint16_t kDefaultPort = 7472;
 // Immediate data of the marker that ends a point.
 inline constexpr uint32_t kMarker = 0x5eed0001;
+// The most QPs of one run (--qps).
+inline constexpr uint32_t kMaxQps = 4096;
 // The largest message (the buffers are this large).
 inline constexpr uint32_t kMaxSize = 4u << 20;
 

@@ -36,6 +36,7 @@ class Session {
   std::optional<CompletionQueue> cq_;
   std::optional<ProtectionDomain> pd_;
   std::optional<QueuePair> qp_;
+  std::vector<QueuePair> more_;  // --qps: one-sided targets only
   std::unique_ptr<demo::Buffer> buf_;
   std::optional<MemoryRegion> mr_;
   uint32_t rq_depth_ = 0;
@@ -80,7 +81,20 @@ Status Session::setup() {
   kv["rkey"] = demo::hex(mr_->rkey());
   kv["counter"] = demo::hex(mr_->addr() + kMaxSize);
   kv["rd_atomic"] = std::to_string(unsigned(co.max_dest_rd_atomic));
-  return link_.send("hello", kv);
+  UROCE_TRY(link_.send("hello", kv));
+  const uint64_t qps = hello->num("qps");
+  if (qps > kMaxQps) return err::inval("more QPs asked for than " + std::to_string(kMaxQps));
+  qc.cap = QpCap{16, 1, 1, 1, 0};
+  for (uint64_t i = 1; i < qps; ++i) {
+    auto m = link_.expect("qp");
+    if (!m.ok()) return m.status();
+    auto q = pd_->create_qp(qc);
+    if (!q.ok()) return q.status();
+    UROCE_TRY(q->connect(demo::peer_from(*m), co));
+    UROCE_TRY(link_.send("qp", demo::to_kv(q->local_info())));
+    more_.push_back(std::move(*q));
+  }
+  return {};
 }
 
 // Posts receive buffers until `want` are outstanding (each takes any
@@ -154,6 +168,7 @@ Status Session::serve() {
 
 void Session::breakdown() noexcept {
   mr_.reset();
+  more_.clear();
   qp_.reset();
   buf_.reset();
   pd_.reset();
