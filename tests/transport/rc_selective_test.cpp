@@ -89,6 +89,37 @@ TEST(RcSelectiveRepeat, OnlyTheLostPacketIsSentAgain) {
 // Holes found one after another: each is NAKed as soon as the one before it
 // is filled; while the first recovery is still finding out whether the peer
 // keeps packets, it follows them one PSN at a time.
+// A 10-packet WRITE times its last packet (the one that asks for an ACK,
+// which completes no receive at the peer, so the ACK comes at once).  A hole
+// before it, resent, holds the ACK that covers it back until the resend
+// arrived: it is timed from that resend rather than not at all.  The timed
+// packet lost itself gives no sample (Karn).
+TEST(RcSelectiveRepeat, AHoleBeforeTheTimedPacketTimesItFromTheResend) {
+  struct Case {
+    std::vector<uint32_t> lost;
+    uint64_t resent, samples, from_resends, timeouts;
+  };
+  // (The last packet lost draws no NAK: with the watch held off, the QP's
+  // timeout sends all ten again, none of them timed.)
+  for (const Case& c :
+       {Case{{}, 0, 1, 0, 0}, Case{{3}, 1, 1, 1, 0}, Case{{2, 6}, 2, 1, 1, 0}, Case{{9}, 10, 0, 0, 1}}) {
+    Fake f(patient());
+    lose(f, c.lost);
+    Pair& p = *f.p;
+    fill_pattern(p.a.buf.data(), 10 * 1024, 7);
+    Sge sge = p.a.sge(0, 10 * 1024);
+    ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+    expect_one(*p.a.scq, 1, WcOpcode::rdma_write, 10 * 1024);
+    EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 10 * 1024), -1);
+    const Counters ca = p.a.counters();
+    const std::string what = std::to_string(c.lost.size()) + " lost";
+    EXPECT_EQ(ca.req_retransmits, c.resent) << what;
+    EXPECT_EQ(ca.req_rtt_samples, c.samples) << what;
+    EXPECT_EQ(ca.req_rtt_from_resends, c.from_resends) << what;
+    EXPECT_EQ(ca.req_timeouts, c.timeouts) << what;
+  }
+}
+
 TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneAfterAnother) {
   Fake f(patient());
   f.net->set_recording(true);

@@ -95,8 +95,12 @@ struct RequesterState {
   uint32_t sr_check_psn = 0;
   uint32_t sr_backoff = 1;
   Clock::time_point sr_check_at;
-  // Round-trip time from ACK timing (one packet timed at a time; none that was resent).
+  // Round-trip time from ACK timing (one packet timed at a time; none that
+  // was resent).  A hole before it, resent, makes the ACK that covers it
+  // wait for the resend: the time is taken from that resend then
+  // (`reanchored`; selective.cpp).
   bool timing = false;
+  bool reanchored = false;
   uint32_t timed_psn = 0;
   Clock::time_point timed_at;
   int64_t srtt_ns = 0, rttvar_ns = 0;

@@ -149,6 +149,23 @@ bool run_local_op(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   return true;
 }
 
+// `psn` went again.  The packet being timed, resent itself, gives
+// no sample (Karn: its ACK may be the first sending's).  One after it is
+// acknowledged only once this resend arrived: it is timed from now (the ACK
+// that covers it comes when the last hole before it is filled, so the
+// latest resend counts).  One before it is unaffected.  Under steady loss
+// nearly every timed packet has a hole before it: cancelling them left a QP
+// without a round trip for seconds, its losses all taken for random ones.
+void retime_for_resend(RequesterState& r, uint32_t psn) noexcept {
+  if (!r.timing || psn_before(r.timed_psn, psn)) return;
+  if (psn == r.timed_psn) {
+    r.timing = false;
+    return;
+  }
+  r.timed_at = Clock::now();
+  r.reanchored = true;
+}
+
 // `timeable`: the response to this packet comes at once (it asks for an
 // ACK and completes no receive; a READ of one response packet; an atomic),
 // so the time to it is a round trip.
@@ -160,6 +177,7 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
   RequesterState& r = qp.req;
   if (psn_before(psn, r.sent_hwm)) {
     ++nic.counters().req_retransmits;
+    retime_for_resend(r, psn);
   } else {
     // Sent for the first time: in the train of the packet before it?  (A
     // READ's response PSNs and an atomic's count as trains of their own.)
@@ -169,6 +187,7 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
     r.sent_hwm = psn_add(psn, npsn);
     if (!r.timing && timeable && qp.reliable()) {  // time this one (selective.cpp)
       r.timing = true;
+      r.reanchored = false;
       r.timed_psn = psn_add(psn, npsn - 1);
       r.timed_at = Clock::now();
     }

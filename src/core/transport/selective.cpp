@@ -110,7 +110,6 @@ void note_nak(Nic& nic, RequesterState& r, uint32_t psn) noexcept {
 
 bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   RequesterState& r = qp.req;
-  r.timing = false;  // Karn: no sample across a resend
   if (!nic.config().cc.selective_repeat || r.peer_sr == PeerSr::drops) return false;
   // Going back already (an earlier NAK, a timeout): that pass resends it.
   if (psn_before(r.send_psn, r.sent_hwm)) return false;
@@ -216,7 +215,6 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
   // resent and acknowledged, and no NAK came, nothing after it arrived
   // either (a packet after a gap draws a NAK at once): the tail was lost,
   // and goes again whole (at most kMaxRun packets of it).
-  r.timing = false;
   uint32_t n = run_from(r, r.sr_check_psn);
   if (r.run_len != 0 && r.sr_check_psn == r.run_end)
     n = std::max<uint32_t>(n, std::min<uint32_t>(kMaxRun, uint32_t(psn_diff(r.sent_hwm, r.sr_check_psn))));
@@ -234,6 +232,13 @@ void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept {
   if (!r.timing || !psn_before(r.timed_psn, r.una_psn)) return;
   r.timing = false;
   const int64_t m = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.timed_at).count();
+  // Timed from a resend whose hole was filled by the first sending after
+  // all (reordered, not lost): the ACK came early.  Below the base it is
+  // surely that; above it, indistinguishable and kept.
+  if (r.reanchored && delay_based(nic, qp) && qp.swift.started() && std::chrono::nanoseconds(m) < qp.swift.base())
+    return;
+  ++nic.counters().req_rtt_samples;
+  if (r.reanchored) ++nic.counters().req_rtt_from_resends;
   if (r.srtt_ns == 0) {  // RFC 6298's estimator
     r.srtt_ns = m;
     r.rttvar_ns = m / 2;
