@@ -26,7 +26,8 @@ class Swift {
   // `acked` packets were acknowledged: while the last round trip was under
   // the target (or competing) the window grows by `ai` (`compete_ai`) x
   // acked / window, `ai` per window's worth of ACKs (per round trip),
-  // whether or not that round trip could be timed (none is across a resend).
+  // whether or not that round trip could be timed (the packet timed may be
+  // lost).
   void on_ack(const SwiftParams& p, uint32_t acked, uint32_t max) noexcept;
   Verdict on_rtt(const SwiftParams& p, Clock::duration rtt, Clock::time_point now, uint32_t max) noexcept;
   // A packet was lost.  `random_possible`: the peer keeps what follows a
