@@ -86,9 +86,6 @@ TEST(RcSelectiveRepeat, OnlyTheLostPacketIsSentAgain) {
   EXPECT_EQ(resends, 2);
 }
 
-// Holes found one after another: each is NAKed as soon as the one before it
-// is filled; while the first recovery is still finding out whether the peer
-// keeps packets, it follows them one PSN at a time.
 // A 10-packet WRITE times its last packet (the one that asks for an ACK,
 // which completes no receive at the peer, so the ACK comes at once).  A hole
 // before it, resent, holds the ACK that covers it back until the resend
@@ -120,6 +117,31 @@ TEST(RcSelectiveRepeat, AHoleBeforeTheTimedPacketTimesItFromTheResend) {
   }
 }
 
+// The timed packet (the first WRITE's last) lost while a second WRITE
+// follows: the second's packets draw a NAK for it and it alone goes again,
+// so no sample (Karn: its ACK could be the first sending's); the second
+// WRITE's packets, sent while the first was being timed, are not timed.
+TEST(RcSelectiveRepeat, TheTimedPacketResentGivesNoSample) {
+  Fake f(patient());
+  lose(f, {9});
+  Pair& p = *f.p;
+  fill_pattern(p.a.buf.data(), 20 * 1024, 8);
+  Sge s1 = p.a.sge(0, 10 * 1024), s2 = p.a.sge(10 * 1024, 10 * 1024);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::rdma_write, &s1, p.b.addr(0), p.b.mr->rkey())).ok());
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::rdma_write, &s2, p.b.addr(10 * 1024), p.b.mr->rkey())).ok());
+  expect_one(*p.a.scq, 1, WcOpcode::rdma_write, 10 * 1024);
+  expect_one(*p.a.scq, 2, WcOpcode::rdma_write, 10 * 1024);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 20 * 1024), -1);
+  const Counters ca = p.a.counters();
+  EXPECT_EQ(ca.req_seq_naks_rcvd, 1u);
+  EXPECT_EQ(ca.req_retransmits, 1u);
+  EXPECT_EQ(ca.req_rtt_samples, 0u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+}
+
+// Holes found one after another: each is NAKed as soon as the one before it
+// is filled; while the first recovery is still finding out whether the peer
+// keeps packets, it follows them one PSN at a time.
 TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneAfterAnother) {
   Fake f(patient());
   f.net->set_recording(true);

@@ -96,11 +96,14 @@ struct RequesterState {
   uint32_t sr_backoff = 1;
   Clock::time_point sr_check_at;
   // Round-trip time from ACK timing (one packet timed at a time; none that
-  // was resent).  A hole before it, resent, makes the ACK that covers it
-  // wait for the resend: the time is taken from that resend then
-  // (`reanchored`; selective.cpp).
+  // was resent).  A hole before it resent for a NAK makes the ACK that
+  // covers it wait for the resend: the time is taken from that resend then
+  // (`reanchored`; requester.cpp).  `min_rtt_ns`: the least sample not
+  // re-timed, below which a re-timed one is not believed.
   bool timing = false;
   bool reanchored = false;
+  bool nak_resends = false;  // the run being resent answers a sequence NAK
+  int64_t min_rtt_ns = 0;
   uint32_t timed_psn = 0;
   Clock::time_point timed_at;
   int64_t srtt_ns = 0, rttvar_ns = 0;

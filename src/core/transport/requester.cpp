@@ -149,16 +149,19 @@ bool run_local_op(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   return true;
 }
 
-// `psn` went again.  The packet being timed, resent itself, gives
-// no sample (Karn: its ACK may be the first sending's).  One after it is
-// acknowledged only once this resend arrived: it is timed from now (the ACK
-// that covers it comes when the last hole before it is filled, so the
-// latest resend counts).  One before it is unaffected.  Under steady loss
-// nearly every timed packet has a hole before it: cancelling them left a QP
-// without a round trip for seconds, its losses all taken for random ones.
+// `psn` went again.  The packet being timed, resent itself, gives no
+// sample (Karn: its ACK may be the first sending's).  If `psn` is before
+// it and was resent for a NAK (a later packet arrived without it: lost),
+// the ACK that covers the timed packet comes only once this resend
+// arrived: it is timed from now (when the last hole before it is filled, so
+// the latest resend counts).  Resent by the watch instead, `psn` may only
+// be late, its first sending then answered before this one: no sample.  A
+// packet timed before `psn` is unaffected.  Under steady loss nearly every
+// timed packet has a hole before it: cancelling them all left a QP without
+// a round trip for seconds, its losses all taken for random ones.
 void retime_for_resend(RequesterState& r, uint32_t psn) noexcept {
   if (!r.timing || psn_before(r.timed_psn, psn)) return;
-  if (psn == r.timed_psn) {
+  if (psn == r.timed_psn || !r.nak_resends) {
     r.timing = false;
     return;
   }

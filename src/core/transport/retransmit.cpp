@@ -41,7 +41,7 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   if (!find_wqe(qp, psn, idx)) return;
   SendWqe& w = qp.sq.at(idx);
   // Everything from here goes again: a selective resend or probe in
-  // progress is moot, and no RTT sample spans a resend (Karn).
+  // progress is moot, and the packet being timed goes again too (Karn).
   r.probing = r.sr_check = r.timing = false;
   r.resend_left = r.run_len = 0;
   r.send_idx = idx;

@@ -134,6 +134,7 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
     note_nak(nic, r, psn);
     n = run_from(r, psn);
   }
+  r.nak_resends = true;
   r.resend_psn = psn;
   r.resend_left = n;
   r.run_end = psn_add(psn, n);
@@ -218,6 +219,7 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
   uint32_t n = run_from(r, r.sr_check_psn);
   if (r.run_len != 0 && r.sr_check_psn == r.run_end)
     n = std::max<uint32_t>(n, std::min<uint32_t>(kMaxRun, uint32_t(psn_diff(r.sent_hwm, r.sr_check_psn))));
+  r.nak_resends = false;
   r.resend_left = n;
   r.resend_psn = r.sr_check_psn;
   r.run_end = psn_add(r.sr_check_psn, n);
@@ -233,10 +235,10 @@ void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept {
   r.timing = false;
   const int64_t m = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.timed_at).count();
   // Timed from a resend whose hole was filled by the first sending after
-  // all (reordered, not lost): the ACK came early.  Below the base it is
-  // surely that; above it, indistinguishable and kept.
-  if (r.reanchored && delay_based(nic, qp) && qp.swift.started() && std::chrono::nanoseconds(m) < qp.swift.base())
-    return;
+  // all (reordered, not lost): the ACK came early.  Below the least clean
+  // sample it is surely that; above it, indistinguishable and kept.
+  if (r.reanchored && r.min_rtt_ns != 0 && m < r.min_rtt_ns) return;
+  if (!r.reanchored) r.min_rtt_ns = r.min_rtt_ns == 0 ? m : std::min(r.min_rtt_ns, m);
   ++nic.counters().req_rtt_samples;
   if (r.reanchored) ++nic.counters().req_rtt_from_resends;
   if (r.srtt_ns == 0) {  // RFC 6298's estimator
