@@ -72,10 +72,34 @@ def listening(port, pid=None):
     return False
 
 
+def port_in_use(port):
+    """True if any TCP socket here (IPv4 or IPv6, listening, connected or
+    closing) has `port` as its local port."""
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    if int(line.split()[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            pass
+    return False
+
+
 def free_port():
+    """A TCP port for a server to listen on: outside the kernel's range of
+    ephemeral ports (an outgoing connection of any other test may hold one,
+    and the server's bind then fails), and used by no socket now."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    low = (10000, lo - 1) if lo > 12000 else (hi + 1, 65535)
     for _ in range(200):
-        p = random.randint(20000, 45000)
-        if not listening(p):
+        p = random.randint(*low)
+        if not port_in_use(p):
             return p
     raise SystemExit("no free TCP port found")
 
