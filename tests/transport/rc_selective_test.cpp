@@ -47,6 +47,12 @@ void lose(Fake& f, std::vector<uint32_t> lost) {
   });
 }
 
+// Posts a 10 KiB WRITE of A's buffer at `off` to the same place in B's.
+void post_write_10k(Pair& p, uint64_t id, uint32_t off) {
+  Sge sge = p.a.sge(off, 10 * 1024);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(id, WrOpcode::rdma_write, &sge, p.b.addr(off), p.b.mr->rkey())).ok());
+}
+
 void send_10k(Pair& p, uint64_t id) {
   fill_pattern(p.a.buf.data(), 10 * 1024, uint32_t(id));
   ASSERT_TRUE(post_recv(*p.b.qp, id, {p.b.sge(0, 16384)}).ok());
@@ -104,8 +110,7 @@ TEST(RcSelectiveRepeat, AHoleBeforeTheTimedPacketTimesItFromTheResend) {
     lose(f, c.lost);
     Pair& p = *f.p;
     fill_pattern(p.a.buf.data(), 10 * 1024, 7);
-    Sge sge = p.a.sge(0, 10 * 1024);
-    ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+    post_write_10k(p, 1, 0);
     expect_one(*p.a.scq, 1, WcOpcode::rdma_write, 10 * 1024);
     EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 10 * 1024), -1);
     const Counters ca = p.a.counters();
@@ -126,9 +131,8 @@ TEST(RcSelectiveRepeat, TheTimedPacketResentGivesNoSample) {
   lose(f, {9});
   Pair& p = *f.p;
   fill_pattern(p.a.buf.data(), 20 * 1024, 8);
-  Sge s1 = p.a.sge(0, 10 * 1024), s2 = p.a.sge(10 * 1024, 10 * 1024);
-  ASSERT_TRUE(post_send(*p.a.qp, make_wr(1, WrOpcode::rdma_write, &s1, p.b.addr(0), p.b.mr->rkey())).ok());
-  ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::rdma_write, &s2, p.b.addr(10 * 1024), p.b.mr->rkey())).ok());
+  post_write_10k(p, 1, 0);
+  post_write_10k(p, 2, 10 * 1024);
   expect_one(*p.a.scq, 1, WcOpcode::rdma_write, 10 * 1024);
   expect_one(*p.a.scq, 2, WcOpcode::rdma_write, 10 * 1024);
   EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 20 * 1024), -1);
