@@ -23,8 +23,7 @@ bool Swift::cut(double floor, double factor, Clock::time_point now) noexcept {
   // Once per round trip: the ACKs of the round trip after a cut still show
   // the queue the packets before it built.
   if (last_cut_ != Clock::time_point{} && now - last_cut_ < last_rtt_) return false;
-  last_cut_ = now;
-  cwnd_ = std::max({1.0, std::min(floor, cwnd_), cwnd_ * factor});
+  reduce(floor, factor, now);
   return true;
 }
 
