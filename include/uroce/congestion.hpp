@@ -93,6 +93,16 @@ struct CongestionConfig {
   // again.  Scheduling delays of a loaded host exceed a LAN's round trip:
   // below this a slow ACK would draw needless resends.
   std::chrono::microseconds resend_wait_min{500};
+  // A QP whose retry count has run out gives up (RETRY_EXC_ERR) only once
+  // nothing has been acknowledged for at least this long; until then each
+  // timeout resends as before.  A NIC answers while its host's programs
+  // wait for a CPU; uroce's ACKs come from the peer's process, which the
+  // scheduler can hold back longer than retry_cnt timeouts (measured: a
+  // busy-polling ibv_rc_pingpong left runnable for 300-550 ms among four
+  // on two CPUs under TSan): that peer is slow, not gone.  retry_cnt 0
+  // still gives up at the first timeout; 0 here gives up after exactly
+  // retry_cnt retries, as rdma_rxe does (UROCE_RETRY_FLOOR_MS).
+  std::chrono::milliseconds retry_floor{2000};
 };
 
 }  // namespace uroce

@@ -1,13 +1,17 @@
 // Transport retries: when the peer stops answering (its packets all lost, its
 // QP or its whole context destroyed), the requester retries retry_cnt times,
 // one local ACK timeout apart, then completes the oldest WR with
-// RETRY_EXC_ERR and flushes the rest.  Nothing hangs; everything can be
-// destroyed afterwards.
+// RETRY_EXC_ERR and flushes the rest -- by default not before nothing has
+// been acknowledged for the retry floor (RcRetryFloor; the others test the
+// exact count, floor 0).  Nothing hangs; everything can be destroyed
+// afterwards.
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <tuple>
 
 #include "fake_wire.hpp"
+#include "transport/congestion.hpp"
 
 namespace uroce::test {
 namespace {
@@ -46,13 +50,21 @@ void post_four_and_expect_retry_exc(Pair& p, int max_ms) {
   EXPECT_TRUE(drain(*p.a.scq, 5).empty());
 }
 
+// Gives up after exactly retry_cnt retries, as rdma_rxe: no retry floor.
+PairOptions exact(PairOptions o = {}) {
+  transport::CongestionConfig c;
+  c.retry_floor = milliseconds(0);
+  o.congestion = c;
+  return o;
+}
+
 class RcRetry : public ::testing::TestWithParam<std::tuple<uint8_t, uint8_t>> {};
 
 // Every packet is lost: exactly retry_cnt+1 timeouts, (retry_cnt+1) * timeout.
 TEST_P(RcRetry, AllPacketsLost) {
   const auto [timeout, retry] = GetParam();
   auto net = net::FakeNetwork::create();
-  PairOptions o;
+  PairOptions o = exact();
   o.fake = net;
   o.timeout = timeout;
   o.retry_cnt = retry;
@@ -108,7 +120,7 @@ TEST(RcRetryTimer, FirstSendAfterIdleGetsTheFullTimeout) {
 }
 
 PairOptions fast() {
-  PairOptions o;
+  PairOptions o = exact();
   o.timeout = 10;
   o.retry_cnt = 3;
   return o;
@@ -166,6 +178,95 @@ TEST(RcRetryPeerGone, PeerVanishesMidMessage) {
   // through may land after the first one and restore the retry budget).
   EXPECT_GE(p.a.counters().req_timeouts, 4u);
   EXPECT_EQ(p.a.counters().req_retry_exc, 1u);
+}
+
+// With a retry floor, running out of retries is not enough: the QP gives up
+// once nothing has been acknowledged for the floor, resending at every
+// timeout until then.
+TEST(RcRetryFloor, AllPacketsLostGivesUpAfterTheFloor) {
+  auto net = net::FakeNetwork::create();
+  PairOptions o = fast();  // 4 ms, retry_cnt 3: 16 ms without the floor
+  o.congestion->retry_floor = milliseconds(300);
+  o.fake = net;
+  Pair p(o);
+  net->set_filter([](net::FakePacket&) { return false; });
+  const auto t0 = Clock::now();
+  post_four_and_expect_retry_exc(p, 5000);
+  EXPECT_GE(Clock::now() - t0, milliseconds(300));
+  const Counters ca = p.a.counters();
+  EXPECT_EQ(ca.req_retry_exc, 1u);
+  EXPECT_GE(ca.req_retry_floor_timeouts, 1u);
+  EXPECT_EQ(ca.req_timeouts, 4u + ca.req_retry_floor_timeouts);  // retry_cnt + 1, then the floor's
+  EXPECT_EQ(ca.req_packets, ca.req_timeouts * 8u);               // each timeout resends all 8 packets
+}
+
+// A peer whose NIC stops answering for longer than retry_cnt timeouts --
+// uroce's NIC is the peer's process, and a loaded host's scheduler can hold
+// it back that long -- and then answers everything queued meanwhile: with
+// the default floor the QP waits for it and the SEND lands; without it the
+// same silence ends the QP.
+void silent_peer(PairOptions o, bool kept) {
+  auto net = net::FakeNetwork::create();
+  o.fake = net;
+  Pair p(o);
+  fill_pattern(p.a.buf.data(), 3000, 5);
+  ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 3000)}).ok());
+  ASSERT_TRUE(net->hold(p.b.endpoint(), true));
+  Sge s = p.a.sge(0, 3000);
+  SendWr wr;
+  wr.wr_id = 9;
+  wr.opcode = WrOpcode::send;
+  wr.send_flags = send_flags::kSignaled;
+  wr.sg_list = {&s, 1};
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  std::this_thread::sleep_for(milliseconds(150));  // over 30 timeouts of 4 ms
+  ASSERT_TRUE(net->hold(p.b.endpoint(), false));
+  auto sc = poll_n(*p.a.scq, 1, 3000);
+  ASSERT_EQ(sc.size(), 1u);
+  const Counters ca = p.a.counters();
+  if (kept) {
+    EXPECT_EQ(sc[0].status, WcStatus::success) << to_string(sc[0].status);
+    auto rc = poll_n(*p.b.rcq, 1, 3000);
+    ASSERT_EQ(rc.size(), 1u);
+    EXPECT_EQ(rc[0].status, WcStatus::success);
+    EXPECT_EQ(rc[0].byte_len, 3000u);
+    EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 3000), -1);
+    EXPECT_EQ(ca.req_retry_exc, 0u);
+    EXPECT_GE(ca.req_retry_floor_timeouts, 1u);
+  } else {
+    EXPECT_EQ(sc[0].status, WcStatus::retry_exc_err) << to_string(sc[0].status);
+    EXPECT_EQ(ca.req_retry_exc, 1u);
+    EXPECT_EQ(ca.req_retry_floor_timeouts, 0u);
+  }
+}
+
+TEST(RcRetryFloor, APeerSilentLongerThanItsRetriesIsWaitedFor) {
+  PairOptions o;  // the default floor (2 s)
+  o.timeout = 10;
+  o.retry_cnt = 3;
+  silent_peer(o, true);
+}
+
+TEST(RcRetryFloor, WithoutTheFloorTheSameSilenceEndsTheQp) { silent_peer(fast(), false); }
+
+TEST(RcRetryFloor, UroceRetryFloorMsSetsIt) {
+  const char* bad = nullptr;
+  transport::CongestionConfig c;
+  EXPECT_EQ(c.retry_floor, milliseconds(2000));
+  ASSERT_EQ(::setenv("UROCE_RETRY_FLOOR_MS", "150", 1), 0);
+  EXPECT_TRUE(transport::congestion_from_env(c, bad));
+  EXPECT_EQ(c.retry_floor, milliseconds(150));
+  ASSERT_EQ(::setenv("UROCE_RETRY_FLOOR_MS", "0", 1), 0);
+  EXPECT_TRUE(transport::congestion_from_env(c, bad));
+  EXPECT_EQ(c.retry_floor, milliseconds(0));
+  for (const char* v : {"-5", "2s", "99999999999999999999", "3600001"}) {
+    ASSERT_EQ(::setenv("UROCE_RETRY_FLOOR_MS", v, 1), 0);
+    bad = nullptr;
+    EXPECT_FALSE(transport::congestion_from_env(c, bad)) << v;
+    EXPECT_STREQ(bad, "UROCE_RETRY_FLOOR_MS");
+    EXPECT_EQ(c.retry_floor, milliseconds(0)) << v;  // left as it was
+  }
+  ::unsetenv("UROCE_RETRY_FLOOR_MS");
 }
 
 }  // namespace

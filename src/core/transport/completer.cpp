@@ -24,6 +24,7 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   r.una_psn = una;
   rtt_on_ack(nic, qp);
   r.retry_left = qp.attr.retry_cnt;
+  r.progress_at = nic.now();
   if (qp.attr.rnr_retry != 7) r.rnr_left = qp.attr.rnr_retry;
   r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
   if (r.una_psn == r.next_psn) transition(qp.qpn(), r.retry, RetryTimer::off);

@@ -2,6 +2,7 @@
 #include "transport/congestion.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <string_view>
 
@@ -43,6 +44,16 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
       return false;
     }
     cfg.selective_repeat = s == "1";
+  }
+  if (const char* v = std::getenv("UROCE_RETRY_FLOOR_MS"); v && *v) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long ms = std::strtoul(v, &end, 10);
+    if (*end != '\0' || errno != 0 || *v == '-' || ms > 3'600'000) {
+      bad = "UROCE_RETRY_FLOOR_MS";
+      return false;
+    }
+    cfg.retry_floor = std::chrono::milliseconds(ms);
   }
   return true;
 }

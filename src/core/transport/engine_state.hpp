@@ -61,7 +61,8 @@ struct RequesterState {
   uint8_t retry_left = 7;
   uint8_t rnr_left = 7;
   RetryTimer retry = RetryTimer::off;
-  Clock::time_point deadline;  // retransmission deadline, while armed
+  Clock::time_point deadline;     // retransmission deadline, while armed
+  Clock::time_point progress_at;  // una last moved, or the timer armed from idle (retry_floor)
   RnrGate rnr = RnrGate::open;
   Clock::time_point rnr_until;  // while waiting
   ReadGap gap = ReadGap::none;

@@ -162,8 +162,11 @@ Status Nic::open_io(const IoFactory* factory) {
   if (cfg_.congestion) {
     cfg_.cc = *cfg_.congestion;
   } else if (const char* bad = nullptr; !congestion_from_env(cfg_.cc, bad)) {
+    const std::string_view b(bad);
     return err::inval(std::string(bad) + "=" + std::getenv(bad) +
-                      (std::string_view(bad) == "UROCE_SR" ? ": expected 0 or 1" : ": expected swift, dcqcn or none"));
+                      (b == "UROCE_SR"               ? ": expected 0 or 1"
+                       : b == "UROCE_RETRY_FLOOR_MS" ? ": expected milliseconds, 0 to 3600000"
+                                                     : ": expected swift, dcqcn or none"));
   }
   if (faults_) {
     auto fio = net::FaultIo::wrap(std::move(io_), *faults_);

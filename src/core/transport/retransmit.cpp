@@ -103,6 +103,7 @@ void requester_arm_retransmit(Nic& nic, QpEngine& qp) noexcept {
     // would already have passed.  Posting is the one path that arms
     // without a fresh clock: refresh it.
     nic.refresh_now();
+    r.progress_at = nic.now();
     r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
     nic.arm_timer(qp, r.deadline);
   }
@@ -153,7 +154,11 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   }
   ++nic.counters().req_timeouts;
   if (qp.attr.timeout != 0) {
-    if (r.retry_left == 0) {
+    if (r.retry_left == 0 && qp.attr.retry_cnt != 0 && now - r.progress_at < nic.config().cc.retry_floor) {
+      // Out of retries, but the peer may only be held back by its host's
+      // scheduler (CongestionConfig::retry_floor): resend, do not give up.
+      ++nic.counters().req_retry_floor_timeouts;
+    } else if (r.retry_left == 0) {
       ++nic.counters().req_retry_exc;
       nic.log_counters("a QP exceeded its retry count");
       uint32_t idx;
@@ -163,8 +168,9 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
         qp.set_error_state();
       transition(qp.qpn(), r.retry, RetryTimer::off);
       return;
+    } else {
+      --r.retry_left;
     }
-    --r.retry_left;
   }
   UROCE_LOG(debug, "qp 0x%x: timeout, resend from psn %u (%u retries left)", qp.qpn(), r.una_psn, r.retry_left);
   qp.refresh_peer();
