@@ -1,12 +1,19 @@
 #!/bin/sh
 # Captures the traffic of the `traffic` test binary on lo with tshark and
 # checks every frame with roce_check.py (tshark decode + independent ICRC).
-# usage: capture_test.sh TRAFFIC_BINARY [UROCE_TOOL]
+# usage: capture_test.sh [--trace] TRAFFIC_BINARY [UROCE_TOOL]
+# --trace: no capture; the NICs write the trace themselves (UROCE_PCAP, GSO
+# trains on), and the same checks run on it.
 # With the uroce tool and Debian's ibv_xsrq_pingpong, XRC traffic too (an
 # unmodified client and server on 127.0.99.8): its XRCETHs must name the SRQs
 # the programs report.
 # Exit 77 (skipped) without tshark or without the right to capture.
 set -u
+trace=0
+if [ "${1:-}" = --trace ]; then
+  trace=1
+  shift
+fi
 traffic=$1
 tool=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +21,12 @@ command -v tshark >/dev/null 2>&1 || { echo "tshark not installed: skipped"; exi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 pcap=$dir/traffic.pcap
+if [ $trace -eq 1 ]; then
+  UROCE_PCAP=$pcap "$traffic" || { echo "traffic failed ($?)"; exit 1; }
+  exec python3 "$here/roce_check.py" "$pcap" --min-frames 60 --expect-opcodes \
+0x00,0x01,0x02,0x03,0x04,0x05,0x06,0x07,0x08,0x09,0x0a,0x0b,0x0c,0x0d,0x0e,0x0f,0x10,0x11,0x12,0x13,0x14,0x16,0x17,\
+0x20,0x21,0x22,0x23,0x24,0x25,0x26,0x27,0x28,0x29,0x2a,0x2b,0x64,0x65,0x81
+fi
 tshark -n -q -i lo -f 'udp port 4791 and net 127.0.99.0/24' -c 2000 -a duration:60 -F pcap -w "$pcap" 2>"$dir/err" &
 tpid=$!
 i=0

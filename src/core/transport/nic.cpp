@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "net/fault_io.hpp"
+#include "net/pcap_io.hpp"
 #include "net/port_group.hpp"
 #include "net/registry.hpp"
 #include "net/shm_io.hpp"
@@ -172,6 +173,13 @@ Status Nic::open_io(const IoFactory* factory) {
     auto fio = net::FaultIo::wrap(std::move(io_), *faults_);
     if (!fio.ok()) return fio.status();
     io_ = std::move(*fio);
+  }
+  // The packet trace sees what leaves before the injected faults and what
+  // arrives after them, as a capture at the NIC would.
+  if (const char* pcap = std::getenv("UROCE_PCAP"); pcap && *pcap) {
+    auto pio = net::PcapIo::wrap(std::move(io_), pcap);
+    if (!pio.ok()) return pio.status();
+    io_ = std::move(*pio);
   }
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());

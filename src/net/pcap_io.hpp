@@ -1,0 +1,68 @@
+// A packet trace: a decorator that writes every datagram sent and received
+// through the PacketIo it wraps to a pcap file (UROCE_PCAP), each as the
+// Ethernet frame it was, or would have been, on the wire -- IPv4 or IPv6,
+// UDP, and the RoCEv2 packet with its ICRC -- so that tshark decodes it and
+// its ICRC checks whatever the path: UDP (where a GSO train is one frame to
+// a capture on the host, here one frame per packet), shared memory (no wire
+// at all), a fake wire.
+//
+// The IP header carries what the ICRC covers: a sent packet the IPv4 ID the
+// kernel gives it (packet i of a GSO train: i), a received one the ID its
+// ICRC was computed with (solved as the NIC's check does).  MAC addresses
+// are zero.  Several NICs, and several processes, may write one file: each
+// record is one append, the file header is written once.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "net/packet_io.hpp"
+#include "net/unique_fd.hpp"
+
+namespace uroce::net {
+
+// The IP and UDP fields of one frame.
+struct FrameFields {
+  Endpoint src, dst;
+  uint8_t tos = 0;
+  uint8_t ttl = 64;
+  uint16_t ipv4_id = 0;
+  uint16_t ipv4_frag = 0x4000;  // DF
+};
+
+// The Ethernet frame of a UDP datagram whose payload is the concatenation
+// of `parts` (valid IPv4 header checksum, UDP checksum over IPv6).
+std::vector<uint8_t> ethernet_frame(const FrameFields& f, std::span<const std::span<const uint8_t>> parts);
+
+class PcapIo final : public PacketIo {
+ public:
+  // Appends to `path` (created, mode 0600, with the pcap header if empty).
+  static Result<std::unique_ptr<PcapIo>> wrap(std::unique_ptr<PacketIo> inner, const std::string& path);
+
+  Endpoint local() const noexcept override { return inner_->local(); }
+  uint16_t tx_ipv4_id() const noexcept override { return inner_->tx_ipv4_id(); }
+  uint16_t tx_ipv4_frag() const noexcept override { return inner_->tx_ipv4_frag(); }
+  size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
+  size_t recv_batch(std::span<RxPacket> out) noexcept override;
+  int wait_fd() const noexcept override { return inner_->wait_fd(); }
+  bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
+  void done_wait() noexcept override { inner_->done_wait(); }
+  int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
+  size_t max_payload() const noexcept override { return inner_->max_payload(); }
+  Status join_group(const IpAddr& group) override { return inner_->join_group(group); }
+  Status leave_group(const IpAddr& group) override { return inner_->leave_group(group); }
+  uint16_t gso_max_segments() const noexcept override { return inner_->gso_max_segments(); }
+  IoStats stats() const noexcept override { return inner_->stats(); }
+
+ private:
+  PcapIo(std::unique_ptr<PacketIo> inner, UniqueFd fd) : inner_(std::move(inner)), fd_(std::move(fd)) {}
+  void record(const FrameFields& f, std::span<const std::span<const uint8_t>> parts) noexcept;
+
+  std::unique_ptr<PacketIo> inner_;
+  UniqueFd fd_;
+  std::vector<uint8_t> rec_;  // one record, reused
+};
+
+}  // namespace uroce::net
