@@ -94,8 +94,9 @@ struct CongestionConfig {
   // below this a slow ACK would draw needless resends.
   std::chrono::microseconds resend_wait_min{500};
   // A QP whose retry count has run out gives up (RETRY_EXC_ERR) only once
-  // nothing has been acknowledged for at least this long; until then each
-  // timeout resends as before.  A NIC answers while its host's programs
+  // nothing has been acknowledged for at least this long; until then it
+  // resends, each time after as long as the peer has been silent (at most
+  // 250 ms).  A NIC answers while its host's programs
   // wait for a CPU; uroce's ACKs come from the peer's process, which the
   // scheduler can hold back longer than retry_cnt timeouts (measured: a
   // busy-polling ibv_rc_pingpong left runnable for 300-550 ms among four

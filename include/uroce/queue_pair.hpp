@@ -43,7 +43,8 @@ struct ConnectOptions {
   // What the peer may do to memory through this QP.
   uint32_t access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
   uint8_t timeout = 14;             // local ACK timeout 4.096 us * 2^14 = 67 ms (RC)
-  uint8_t retry_cnt = 7;            // retransmissions before RETRY_EXC_ERR (RC)
+  uint8_t retry_cnt = 7;            // retransmissions before RETRY_EXC_ERR (RC), and no
+                                    // earlier than CongestionConfig::retry_floor without an ACK
   uint8_t rnr_retry = 7;            // RNR NAK retries; 7 = forever (RC)
   uint8_t min_rnr_timer = 12;       // RNR wait we ask of the peer: 0.64 ms (RC)
   uint8_t max_rd_atomic = 16;       // our READs/atomics in flight (RC)

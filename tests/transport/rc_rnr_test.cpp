@@ -139,6 +139,32 @@ TEST_P(RcRnr, GateWaitsThenOpens) {
   EXPECT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
 }
 
+// An RNR wait longer than the ACK timeout loses nothing: the timeout runs
+// from the resend after the wait, so with retry_cnt 0 (and no retry floor)
+// the message still gets through once a receive is posted.
+TEST_P(RcRnr, WaitsLongerThanTheAckTimeoutCostNoRetry) {
+  PairOptions o;
+  transport::CongestionConfig c;
+  c.retry_floor = 0ms;
+  o.congestion = c;
+  o.timeout = 8;  // 1.05 ms
+  o.retry_cnt = 0;
+  o.rnr_retry = 7;
+  o.min_rnr_timer = 16;  // 2.56 ms
+  Pair p(o);
+  Sge s = p.a.sge(0, 3000);
+  ASSERT_TRUE(post_send(*p.a.qp, message(1, GetParam(), s, p.b)).ok());
+  ASSERT_TRUE(wait_until([&] { return p.a.counters().req_rnr_naks_rcvd >= 4; }));
+  ASSERT_TRUE(post_recv(*p.b.qp, 3, {p.b.sge(0, 4096)}).ok());
+  auto sc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].status, WcStatus::success) << to_string(sc[0].status);
+  const Counters ca = p.a.counters();
+  EXPECT_EQ(ca.req_retry_exc, 0u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  EXPECT_EQ(poll_n(*p.b.rcq, 1).size(), 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, RcRnr, ::testing::Values(WrOpcode::send, WrOpcode::rdma_write_with_imm),
                          [](const ::testing::TestParamInfo<WrOpcode>& i) {
                            return i.param == WrOpcode::send ? "Send" : "WriteWithImm";

@@ -108,6 +108,11 @@ void on_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t timer) noexcept {
   go_back(nic, qp, psn);
   transition(qp.qpn(), r.rnr, RnrGate::waiting);
   r.rnr_until = nic.now() + rnr_delay(timer);
+  // The peer answered: the ACK timeout runs from the resend after the wait
+  // (an RNR wait longer than the timeout is no lost packet), as rdma_rxe's
+  // timer restarts with each resend.
+  r.progress_at = nic.now();
+  r.deadline = r.rnr_until + retransmit_interval(qp.attr.timeout);
   nic.arm_timer(qp, r.rnr_until);
 }
 

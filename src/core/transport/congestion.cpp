@@ -2,7 +2,7 @@
 #include "transport/congestion.hpp"
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
@@ -46,10 +46,10 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
     cfg.selective_repeat = s == "1";
   }
   if (const char* v = std::getenv("UROCE_RETRY_FLOOR_MS"); v && *v) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long ms = std::strtoul(v, &end, 10);
-    if (*end != '\0' || errno != 0 || *v == '-' || ms > 3'600'000) {
+    const std::string_view s(v);
+    uint32_t ms = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), ms);  // digits only: no sign, no space
+    if (ec != std::errc() || end != s.data() + s.size() || ms > 3'600'000) {
       bad = "UROCE_RETRY_FLOOR_MS";
       return false;
     }

@@ -1,5 +1,7 @@
 // Requester bookkeeping: retiring WQEs in order, going back N, the
 // retransmission and RNR timers (IBA 9.7.5.2.8, 9.7.6).
+#include <algorithm>
+
 #include "common/log.hpp"
 #include "transport/protocol.hpp"
 #include "transport/requester.hpp"
@@ -7,6 +9,10 @@
 namespace uroce::transport {
 
 using namespace std::chrono_literals;
+
+namespace {
+constexpr std::chrono::nanoseconds kFloorResendMax = 250ms;  // between resends past retry_cnt
+}  // namespace
 
 std::chrono::nanoseconds retransmit_interval(uint8_t timeout) noexcept {
   if (timeout == 0) return 500ms;
@@ -144,6 +150,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   if (!psn_before(r.una_psn, r.sent_hwm)) {
     // Everything sent is acknowledged; what is assigned waits for its turn
     // (pacing): nothing can have been lost.
+    r.progress_at = now;
     r.deadline = now + retransmit_interval(qp.attr.timeout);
     nic.arm_timer(qp, r.deadline);
     return;
@@ -153,11 +160,15 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
     return;
   }
   ++nic.counters().req_timeouts;
+  std::chrono::nanoseconds wait = retransmit_interval(qp.attr.timeout);
   if (qp.attr.timeout != 0) {
     if (r.retry_left == 0 && qp.attr.retry_cnt != 0 && now - r.progress_at < nic.config().cc.retry_floor) {
       // Out of retries, but the peer may only be held back by its host's
-      // scheduler (CongestionConfig::retry_floor): resend, do not give up.
+      // scheduler (CongestionConfig::retry_floor): resend, do not give up,
+      // waiting as long as it has been silent (at most kFloorResendMax), so
+      // that a dead peer draws a few resends rather than one per timeout.
       ++nic.counters().req_retry_floor_timeouts;
+      wait = std::max(wait, std::min<std::chrono::nanoseconds>(now - r.progress_at, kFloorResendMax));
     } else if (r.retry_left == 0) {
       ++nic.counters().req_retry_exc;
       nic.log_counters("a QP exceeded its retry count");
@@ -176,7 +187,7 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
   qp.refresh_peer();
   window_on_loss(nic, qp, Loss::timeout);
   go_back(nic, qp, r.una_psn);
-  r.deadline = now + retransmit_interval(qp.attr.timeout);
+  r.deadline = now + wait;
   nic.arm_timer(qp, r.deadline);
 }
 
