@@ -219,12 +219,7 @@ void silent_peer(std::chrono::milliseconds floor) {
   ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 3000)}).ok());
   ASSERT_TRUE(net->hold(p.b.endpoint(), true));
   Sge s = p.a.sge(0, 3000);
-  SendWr wr;
-  wr.wr_id = 9;
-  wr.opcode = WrOpcode::send;
-  wr.send_flags = send_flags::kSignaled;
-  wr.sg_list = {&s, 1};
-  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(9, WrOpcode::send, &s)).ok());
   std::vector<Wc> sc;
   if (floor.count() > 0) {
     ASSERT_TRUE(wait_until([&] { return p.a.counters().req_retry_floor_timeouts >= 2; }, 10000));
