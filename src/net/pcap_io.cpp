@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "wire/bytes.hpp"
 #include "wire/icrc.hpp"
 
 namespace uroce::net {
@@ -20,26 +21,16 @@ constexpr uint32_t kMagicNs = 0xa1b23c4d;  // classic pcap, nanosecond timestamp
 constexpr uint32_t kLinkEthernet = 1;
 constexpr uint32_t kSnapLen = 65535;
 
-void put16(std::vector<uint8_t>& v, uint16_t x) {
-  v.push_back(uint8_t(x >> 8));
-  v.push_back(uint8_t(x));
-}
-
 void put_le32(std::vector<uint8_t>& v, uint32_t x) {
   for (int i = 0; i < 4; ++i) v.push_back(uint8_t(x >> (8 * i)));
 }
 
-// One's complement sum of 16-bit big-endian words.
-uint32_t sum16(std::span<const uint8_t> b, uint32_t s = 0) {
-  for (size_t i = 0; i + 1 < b.size(); i += 2) s += uint32_t(b[i]) << 8 | b[i + 1];
-  if (b.size() & 1) s += uint32_t(b.back()) << 8;
-  return s;
+void store_le32(uint8_t* p, uint32_t x) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(x >> (8 * i));
 }
 
-uint16_t fold(uint32_t s) {
-  while (s >> 16) s = (s & 0xffff) + (s >> 16);
-  return uint16_t(~s);
-}
+constexpr size_t kEthernetLen = 14;
+constexpr size_t kRecordHeaderLen = 16;
 
 bool write_all(int fd, std::span<const uint8_t> b) noexcept {
   while (!b.empty()) {
@@ -53,55 +44,20 @@ bool write_all(int fd, std::span<const uint8_t> b) noexcept {
 
 }  // namespace
 
-std::vector<uint8_t> ethernet_frame(const FrameFields& f, std::span<const std::span<const uint8_t>> parts) {
+void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
+                           std::span<const std::span<const uint8_t>> parts) {
   size_t payload = 0;
   for (const auto& p : parts) payload += p.size();
-  const bool v4 = f.src.addr.is_v4();
-  const size_t udp_len = 8 + payload;
-  std::vector<uint8_t> v;
-  v.reserve(14 + 40 + udp_len);
-  v.insert(v.end(), 12, 0);  // destination and source MAC
-  put16(v, v4 ? 0x0800 : 0x86dd);
-  const size_t ip_at = v.size();
-  if (v4) {
-    v.push_back(0x45);
-    v.push_back(f.tos);
-    put16(v, uint16_t(20 + udp_len));
-    put16(v, f.ipv4_id);
-    put16(v, f.ipv4_frag);
-    v.push_back(f.ttl);
-    v.push_back(17);  // UDP
-    put16(v, 0);      // checksum, below
-    v.insert(v.end(), f.src.addr.bytes().begin() + 12, f.src.addr.bytes().end());
-    v.insert(v.end(), f.dst.addr.bytes().begin() + 12, f.dst.addr.bytes().end());
-    const uint16_t c = fold(sum16({v.data() + ip_at, 20}));
-    v[ip_at + 10] = uint8_t(c >> 8);
-    v[ip_at + 11] = uint8_t(c);
-  } else {
-    put16(v, uint16_t(0x6000 | uint16_t(f.tos) << 4));  // version, traffic class, flow label 0
-    put16(v, 0);
-    put16(v, uint16_t(udp_len));
-    v.push_back(17);
-    v.push_back(f.ttl);
-    v.insert(v.end(), f.src.addr.bytes().begin(), f.src.addr.bytes().end());
-    v.insert(v.end(), f.dst.addr.bytes().begin(), f.dst.addr.bytes().end());
+  const size_t at = out.size();
+  out.resize(at + kEthernetLen + wire::ip_header_len(ip) + wire::kUdpHeaderLen);
+  std::memset(out.data() + at, 0, 12);  // destination and source MAC
+  wire::store_be16(out.data() + at + 12, ip.src.is_v4() ? 0x0800 : 0x86dd);
+  (void)wire::write_ip_udp_header(ip, v, payload, std::span(out).subspan(at + kEthernetLen));
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  if (!ip.src.is_v4()) {
+    const size_t udp = at + kEthernetLen + wire::kIpv6HeaderLen;
+    wire::store_be16(out.data() + udp + 6, wire::udp_checksum(ip, std::span(out).subspan(udp)));
   }
-  const size_t udp_at = v.size();
-  put16(v, f.src.port);
-  put16(v, f.dst.port);
-  put16(v, uint16_t(udp_len));
-  put16(v, 0);  // checksum: none over IPv4 (RoCEv2 NICs send none); over IPv6 below
-  for (const auto& p : parts) v.insert(v.end(), p.begin(), p.end());
-  if (!v4) {
-    uint32_t s = sum16({v.data() + ip_at + 8, 32});  // source and destination address
-    s += uint32_t(udp_len) + 17;
-    s = sum16({v.data() + udp_at, udp_len}, s);
-    uint16_t c = fold(s);
-    if (c == 0) c = 0xffff;
-    v[udp_at + 6] = uint8_t(c >> 8);
-    v[udp_at + 7] = uint8_t(c);
-  }
-  return v;
 }
 
 Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, const std::string& path) {
@@ -133,18 +89,18 @@ Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, co
   return std::unique_ptr<PcapIo>(new PcapIo(std::move(inner), std::move(fd)));
 }
 
-void PcapIo::record(const FrameFields& f, std::span<const std::span<const uint8_t>> parts) noexcept {
+void PcapIo::record(const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
+                    std::span<const std::span<const uint8_t>> parts) noexcept {
   try {
-    const std::vector<uint8_t> frame = ethernet_frame(f, parts);
+    rec_.resize(kRecordHeaderLen);
+    append_ethernet_frame(rec_, ip, v, parts);  // a datagram's frame is far below kSnapLen
     timespec ts;
     ::clock_gettime(CLOCK_REALTIME, &ts);
-    const uint32_t len = uint32_t(std::min<size_t>(frame.size(), kSnapLen));
-    rec_.clear();
-    put_le32(rec_, uint32_t(ts.tv_sec));
-    put_le32(rec_, uint32_t(ts.tv_nsec));
-    put_le32(rec_, len);
-    put_le32(rec_, uint32_t(frame.size()));
-    rec_.insert(rec_.end(), frame.begin(), frame.begin() + len);
+    const uint32_t len = uint32_t(rec_.size() - kRecordHeaderLen);
+    store_le32(rec_.data(), uint32_t(ts.tv_sec));
+    store_le32(rec_.data() + 4, uint32_t(ts.tv_nsec));
+    store_le32(rec_.data() + 8, len);
+    store_le32(rec_.data() + 12, len);
     (void)write_all(fd_.get(), rec_);  // one append per record: whole among other writers
   } catch (...) {
     // Out of memory: the trace misses a packet, the NIC goes on.
@@ -160,14 +116,10 @@ size_t PcapIo::send_batch(std::span<const TxPacket> pkts) noexcept {
       train_left = std::max<uint16_t>(1, p.gso_segments);
       train_index = 0;
     }
-    FrameFields f;
-    f.src = me;
-    f.dst = p.dst;
-    f.tos = p.tos;
-    f.ipv4_id = p.gso_segments > 1 || train_index > 0 ? train_index : inner_->tx_ipv4_id();
-    f.ipv4_frag = inner_->tx_ipv4_frag();
+    const uint16_t id = p.gso_segments > 1 || train_index > 0 ? train_index : inner_->tx_ipv4_id();
+    const wire::IpUdpFields ip{me.addr, p.dst.addr, me.port, p.dst.port, id, inner_->tx_ipv4_frag()};
     const std::span<const uint8_t> parts[] = {p.head, p.body, p.tail};
-    record(f, parts);
+    record(ip, {.tos = p.tos}, parts);
     --train_left;
     ++train_index;
   }
@@ -180,20 +132,17 @@ size_t PcapIo::recv_batch(std::span<RxPacket> out) noexcept {
   for (size_t i = 0; i < n; ++i) {
     const RxPacket& p = out[i];
     if (p.truncated) continue;
-    FrameFields f;
-    f.src = p.src;
-    f.dst = Endpoint{p.dst, p.dst.is_multicast() ? uint16_t(4791) : port};
-    f.tos = p.tos;
-    f.ttl = p.ttl ? p.ttl : 64;
-    if (f.src.addr.is_v4()) {
-      // The ID the sender's ICRC covers (the NIC's own check solves it too).
-      wire::IpUdpFields ip{p.src.addr, p.dst, p.src.port, f.dst.port, p.ipv4_id_hint, 0x4000};
-      uint16_t id = p.ipv4_id_hint;
-      if (wire::verify_icrc(ip, p.data, &id) == wire::IcrcCheck::bad) id = p.ipv4_id_hint;
-      f.ipv4_id = id;
+    // The ID the sender's ICRC covers (the NIC's own check solves it too).
+    wire::IpUdpFields ip{p.src.addr,     p.dst,
+                         p.src.port,     p.dst.is_multicast() ? wire::kRoceUdpPort : port,
+                         p.ipv4_id_hint, wire::kIpv4DontFragment};
+    if (ip.src.is_v4()) {
+      uint16_t id = ip.ipv4_id;  // left as it is if nothing matches
+      (void)wire::verify_icrc(ip, p.data, &id);
+      ip.ipv4_id = id;
     }
     const std::span<const uint8_t> parts[] = {p.data};
-    record(f, parts);
+    record(ip, {.tos = p.tos, .ttl = p.ttl ? p.ttl : uint8_t(64)}, parts);
   }
   return n;
 }

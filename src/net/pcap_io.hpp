@@ -20,21 +20,15 @@
 
 #include "net/packet_io.hpp"
 #include "net/unique_fd.hpp"
+#include "wire/ip_header.hpp"
 
 namespace uroce::net {
 
-// The IP and UDP fields of one frame.
-struct FrameFields {
-  Endpoint src, dst;
-  uint8_t tos = 0;
-  uint8_t ttl = 64;
-  uint16_t ipv4_id = 0;
-  uint16_t ipv4_frag = 0x4000;  // DF
-};
-
-// The Ethernet frame of a UDP datagram whose payload is the concatenation
-// of `parts` (valid IPv4 header checksum, UDP checksum over IPv6).
-std::vector<uint8_t> ethernet_frame(const FrameFields& f, std::span<const std::span<const uint8_t>> parts);
+// Appends the Ethernet frame of a UDP datagram whose payload is the
+// concatenation of `parts` to `out` (zero MAC addresses; the IP and UDP
+// headers wire::write_ip_udp_header writes, with the UDP checksum over IPv6).
+void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
+                           std::span<const std::span<const uint8_t>> parts);
 
 class PcapIo final : public PacketIo {
  public:
@@ -58,11 +52,12 @@ class PcapIo final : public PacketIo {
 
  private:
   PcapIo(std::unique_ptr<PacketIo> inner, UniqueFd fd) : inner_(std::move(inner)), fd_(std::move(fd)) {}
-  void record(const FrameFields& f, std::span<const std::span<const uint8_t>> parts) noexcept;
+  void record(const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
+              std::span<const std::span<const uint8_t>> parts) noexcept;
 
   std::unique_ptr<PacketIo> inner_;
   UniqueFd fd_;
-  std::vector<uint8_t> rec_;  // one record, reused
+  std::vector<uint8_t> rec_;  // one record (header and frame), reused
 };
 
 }  // namespace uroce::net

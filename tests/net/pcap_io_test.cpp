@@ -11,13 +11,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "net/fake_io.hpp"
-#include "wire/icrc.hpp"
+#include "support/pcap.hpp"
+#include "support/roce_packet.hpp"
+#include "wire/bytes.hpp"
 
 namespace uroce::net {
 namespace {
@@ -29,70 +29,35 @@ const Endpoint kB{*IpAddr::parse("10.0.0.2"), 4791};
 
 // A SEND ONLY of `n` payload bytes (value `fill`) whose ICRC covers `ip`.
 Bytes roce_packet(const wire::IpUdpFields& ip, size_t n, uint8_t fill) {
-  Bytes b(12 + n + 4, fill);
-  b[0] = 0x04;  // RC SEND ONLY
-  b[1] = 0x40;  // migration state, pad 0, version 0
-  b[2] = 0xff;  // P_Key 0xffff
-  b[3] = 0xff;
-  b[4] = 0;
-  b[5] = 0;
-  b[6] = 0x12;  // destination QP 0x1234
-  b[7] = 0x34;
-  b[8] = 0x80;  // AckReq, PSN 7
-  b[9] = 0;
-  b[10] = 0;
-  b[11] = 7;
-  wire::put_icrc(wire::compute_icrc(ip, b), b.data() + b.size() - 4);
-  return b;
+  wire::Headers h;
+  h.bth.opcode = 0x04;  // RC SEND ONLY
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qp = 0x1234;
+  h.bth.ack_req = true;
+  h.bth.psn = 7;
+  return test::make_udp_payload(h, Bytes(n, fill), ip);
 }
 
-struct Record {
-  uint32_t caplen = 0, len = 0;
-  Bytes frame;
+// The trace's frames, each taken apart down to its UDP payload.
+struct Traced {
+  test::PcapFile file;
+  std::vector<wire::ParsedIpUdp> ip;  // spans into `file`
 };
 
-uint32_t le32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-uint16_t be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
-
-std::vector<Record> read_pcap(const std::string& path, uint32_t* magic, uint32_t* link) {
-  std::ifstream in(path, std::ios::binary);
-  const Bytes d((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<Record> out;
-  if (d.size() < 24) return out;
-  *magic = le32(d.data());
-  *link = le32(d.data() + 20);
-  for (size_t off = 24; off + 16 <= d.size();) {
-    Record r;
-    r.caplen = le32(d.data() + off + 8);
-    r.len = le32(d.data() + off + 12);
-    if (off + 16 + r.caplen > d.size()) break;
-    r.frame.assign(d.begin() + long(off + 16), d.begin() + long(off + 16 + r.caplen));
-    out.push_back(std::move(r));
-    off += 16 + r.caplen;
+Traced read_trace(const std::string& path) {
+  Traced t;
+  auto f = test::read_pcap(path);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  if (!f.ok()) return t;
+  t.file = std::move(*f);
+  for (const test::PcapFrame& fr : t.file.frames) {
+    auto l3 = test::strip_link(t.file.linktype, fr.data);
+    EXPECT_TRUE(l3.has_value());
+    auto p = l3 ? wire::parse_ip_udp(*l3) : std::nullopt;
+    EXPECT_TRUE(p.has_value());
+    if (p) t.ip.push_back(*p);
   }
-  return out;
-}
-
-// One's complement sum over the IPv4 header: 0xffff when its checksum is right.
-uint16_t ip_sum(const uint8_t* h) {
-  uint32_t s = 0;
-  for (int i = 0; i < 20; i += 2) s += be16(h + i);
-  while (s >> 16) s = (s & 0xffff) + (s >> 16);
-  return uint16_t(s);
-}
-
-// The IP/UDP fields an IPv4 frame carries, for the ICRC check.
-wire::IpUdpFields fields_of(const Bytes& f) {
-  wire::IpUdpFields ip;
-  ip.src = IpAddr::from_v4(uint32_t(f[26]) << 24 | uint32_t(f[27]) << 16 | uint32_t(f[28]) << 8 | f[29]);
-  ip.dst = IpAddr::from_v4(uint32_t(f[30]) << 24 | uint32_t(f[31]) << 16 | uint32_t(f[32]) << 8 | f[33]);
-  ip.ipv4_id = be16(&f[18]);
-  ip.ipv4_frag = be16(&f[20]);
-  ip.src_port = be16(&f[34]);
-  ip.dst_port = be16(&f[36]);
-  return ip;
+  return t;
 }
 
 class PcapIoTest : public ::testing::Test {
@@ -144,32 +109,29 @@ TEST_F(PcapIoTest, SentAndReceivedPacketsAreExactFramesWhoseIcrcChecks) {
   RxPacket rx[4];
   ASSERT_EQ((*a)->recv_batch(rx), 1u);
 
-  uint32_t magic = 0, link = 0;
-  const std::vector<Record> recs = read_pcap(path, &magic, &link);
-  EXPECT_EQ(magic, 0xa1b23c4du);  // nanosecond timestamps
-  EXPECT_EQ(link, 1u);            // Ethernet
-  ASSERT_EQ(recs.size(), 5u);
+  const Traced t = read_trace(path);
+  EXPECT_TRUE(t.file.nanosecond);
+  EXPECT_EQ(t.file.linktype, test::kLinktypeEthernet);
+  ASSERT_EQ(t.ip.size(), 5u);
   const uint16_t want_id[5] = {0, 1, 2, 0, 0x2345};
   for (size_t i = 0; i < 5; ++i) {
-    const Bytes& f = recs[i].frame;
     const Bytes& payload = i < 4 ? sent[i] : reply;
+    const wire::ParsedIpUdp& ip = t.ip[i];
+    const Bytes& frame = t.file.frames[i].data;
     SCOPED_TRACE(i);
-    ASSERT_EQ(f.size(), 14 + 20 + 8 + payload.size());
-    EXPECT_EQ(recs[i].len, f.size());
-    EXPECT_EQ(be16(&f[12]), 0x0800);
-    EXPECT_EQ(f[14], 0x45);
-    EXPECT_EQ(f[15], i < 4 ? 0x02 : 0x00);  // TOS as sent; FakeIo delivers none
-    EXPECT_EQ(be16(&f[16]), 20 + 8 + payload.size());
-    EXPECT_EQ(be16(&f[18]), want_id[i]);
-    EXPECT_EQ(be16(&f[20]), 0x4000);  // DF
-    EXPECT_EQ(f[23], 17);             // UDP
-    EXPECT_EQ(ip_sum(&f[14]), 0xffff);
-    EXPECT_EQ(be16(&f[36]), 4791);
-    EXPECT_EQ(be16(&f[38]), 8 + payload.size());
-    EXPECT_EQ(Bytes(f.begin() + 42, f.end()), payload);
-    const wire::IpUdpFields ip = fields_of(f);
-    EXPECT_EQ(ip.src, i < 4 ? kA.addr : kB.addr);
-    EXPECT_EQ(wire::verify_icrc(ip, std::span(f).subspan(42)), wire::IcrcCheck::ok);
+    EXPECT_EQ(frame.size(), 14 + 20 + 8 + payload.size());
+    EXPECT_EQ(t.file.frames[i].orig_len, frame.size());
+    EXPECT_EQ(wire::load_be16(&frame[12]), 0x0800);
+    EXPECT_EQ(ip.fields.src, i < 4 ? kA.addr : kB.addr);
+    EXPECT_EQ(ip.fields.dst, i < 4 ? kB.addr : kA.addr);
+    EXPECT_EQ(ip.fields.src_port, 4791);
+    EXPECT_EQ(ip.fields.dst_port, 4791);
+    EXPECT_EQ(ip.variant.tos, i < 4 ? 0x02 : 0x00);  // TOS as sent; FakeIo delivers none
+    EXPECT_EQ(ip.fields.ipv4_id, want_id[i]);
+    EXPECT_EQ(ip.fields.ipv4_frag, 0x4000);  // DF
+    EXPECT_EQ(wire::ipv4_header_checksum(std::span(frame).subspan(14, 20)), 0);
+    EXPECT_EQ(Bytes(ip.udp_payload.begin(), ip.udp_payload.end()), payload);
+    EXPECT_EQ(wire::verify_icrc(ip.fields, ip.udp_payload), wire::IcrcCheck::ok);
   }
 }
 
@@ -186,10 +148,9 @@ TEST_F(PcapIoTest, TwoWritersShareOneFileWithOneHeader) {
   ASSERT_EQ((*a)->send_batch({&t, 1}), 1u);
   RxPacket rx[2];
   ASSERT_EQ((*b)->recv_batch(rx), 1u);
-  uint32_t magic = 0, link = 0;
-  const std::vector<Record> recs = read_pcap(path, &magic, &link);
-  ASSERT_EQ(recs.size(), 2u);  // sent by A, received by B: the same frame
-  EXPECT_EQ(recs[0].frame, recs[1].frame);
+  const Traced tr = read_trace(path);
+  ASSERT_EQ(tr.file.frames.size(), 2u);  // sent by A, received by B: the same frame
+  EXPECT_EQ(tr.file.frames[0].data, tr.file.frames[1].data);
 }
 
 TEST_F(PcapIoTest, AnUnwritablePathFailsWithItsErrno) {
@@ -200,27 +161,23 @@ TEST_F(PcapIoTest, AnUnwritablePathFailsWithItsErrno) {
 }
 
 TEST(EthernetFrame, Ipv6CarriesAUdpChecksum) {
-  FrameFields f;
-  f.src = Endpoint{*IpAddr::parse("fd00::1"), 4791};
-  f.dst = Endpoint{*IpAddr::parse("fd00::2"), 4791};
-  f.tos = 0x02;
+  const wire::IpUdpFields ip{*IpAddr::parse("fd00::1"), *IpAddr::parse("fd00::2"), 4791, 4791, 0, 0};
   const Bytes payload = {1, 2, 3, 4, 5};
   const std::span<const uint8_t> parts[] = {payload};
-  const Bytes v = ethernet_frame(f, parts);
-  ASSERT_EQ(v.size(), 14 + 40 + 8 + 5u);
-  EXPECT_EQ(be16(&v[12]), 0x86dd);
-  EXPECT_EQ(v[14] >> 4, 6);
-  EXPECT_EQ((be16(&v[14]) >> 4) & 0xff, 0x02);  // traffic class
-  EXPECT_EQ(be16(&v[18]), 8 + 5);
-  EXPECT_EQ(v[20], 17);
-  // The checksum over the pseudo-header and the datagram sums to 0xffff.
-  uint32_t s = 0;
-  for (size_t i = 22; i < 54; i += 2) s += be16(&v[i]);
-  s += 17 + 13;
-  for (size_t i = 54; i < v.size(); i += 2) s += i + 1 < v.size() ? be16(&v[i]) : uint32_t(v[i]) << 8;
-  while (s >> 16) s = (s & 0xffff) + (s >> 16);
-  EXPECT_EQ(s, 0xffffu);
-  EXPECT_NE(be16(&v[60]), 0);
+  Bytes v = {0xee};  // appended after what is there
+  append_ethernet_frame(v, ip, {.tos = 0x02}, parts);
+  ASSERT_EQ(v.size(), 1 + 14 + 40 + 8 + 5u);
+  EXPECT_EQ(v[0], 0xee);
+  EXPECT_EQ(wire::load_be16(&v[13]), 0x86dd);
+  auto p = wire::parse_ip_udp(std::span(v).subspan(15));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->fields.src, ip.src);
+  EXPECT_EQ(p->variant.tos, 0x02);
+  EXPECT_EQ(Bytes(p->udp_payload.begin(), p->udp_payload.end()), payload);
+  ASSERT_NE(p->udp_checksum, 0);
+  Bytes udp(p->udp_datagram.begin(), p->udp_datagram.end());
+  udp[6] = udp[7] = 0;
+  EXPECT_EQ(wire::udp_checksum(ip, udp), p->udp_checksum);
 }
 
 }  // namespace
