@@ -152,10 +152,12 @@ TEST(RcLoss, AQpThatAckedNothingRepeatsNothing) {
   EXPECT_EQ(p.b.counters().resp_final_acks_repeated, 0u);
 }
 
-// READ of 11 response packets; the 5th is lost: the requester asks again for
-// exactly the tail (PSN, VA and length of the missing part).
+// READ of 11 response packets; the 5th is lost: a requester that keeps no
+// responses after a lost one (go-back-N) asks again for exactly the tail
+// (PSN, VA and length of the missing part).  (One that keeps them asks for
+// the lost one alone: rc_read_keep_test.)
 TEST(RcLoss, DroppedReadResponseRerequestsTheTail) {
-  Fake f;
+  Fake f(go_back_n());
   Pair& p = *f.p;
   const uint32_t len = 10 * 1024 + 100;
   f.drop_nth(f.b_ep, op::kRead, 5);
@@ -205,6 +207,9 @@ TEST(RcLoss, DroppedResponsesInMultiSegmentRead) {
   EXPECT_EQ(ca.req_retry_exc, 0u);
   EXPECT_EQ(ca.req_timeouts, 0u) << "gaps should be re-requested, not timed out";
   EXPECT_EQ(p.a.qp->query().qp_state, QpState::rts);
+  // Responses after each lost one were kept: the two alone went again.
+  EXPECT_EQ(ca.req_read_holes, 2u);
+  EXPECT_EQ(p.b.counters().resp_read_packets, 1024u + 2u);
 }
 
 // A READ of two request segments (MTU 4096: 256 response packets each): the
@@ -212,8 +217,10 @@ TEST(RcLoss, DroppedResponsesInMultiSegmentRead) {
 // re-request must end where the first segment ends: the responder never got
 // the second, and drops a request that runs into PSNs it has not seen (it
 // did so before the segments were aligned: timeouts, then RETRY_EXC_ERR).
+// (Go-back-N; a requester that keeps responses asks for the lost one alone,
+// and its watch for the second segment again: rc_read_keep_test.)
 TEST(RcLoss, ReRequestStopsAtTheSegmentTheResponderNeverGot) {
-  PairOptions o;
+  PairOptions o = go_back_n();
   o.mtu = Mtu::m4096;
   o.timeout = 16;  // 268 ms: recovery must not need it
   o.buf_size = 4u << 20;

@@ -53,11 +53,16 @@ bool ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
     if (!w.assigned || psn_diff(psn_add(w.first_psn, w.npkts - 1), last) > 0) break;
     if (w.done) continue;
     if (is_rd_atomic(w.opcode)) {
+      if (is_read(w.opcode) && read_absorb(qp.req, w) && w.read_done == w.npkts) {  // kept
+        w.done = true;
+        --qp.req.rd_atomic;
+        continue;
+      }
       const uint32_t missing = psn_add(w.first_psn, w.read_done);
       if (psn_before(qp.req.una_psn, missing)) advance_una(nic, qp, missing);
       ++nic.counters().req_read_gaps;
       window_on_loss(nic, qp, Loss::read_gap);
-      go_back(nic, qp, missing);
+      if (!is_read(w.opcode) || !read_request_hole(nic, qp, w, missing)) go_back(nic, qp, missing);
       retire(nic, qp);
       return false;
     }
@@ -116,6 +121,41 @@ void on_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t timer) noexcept {
   nic.arm_timer(qp, r.rnr_until);
 }
 
+// Whether `size` bytes with opcode `flags` make response packet `i` of READ
+// `w`.  Responses come FIRST..LAST per READ request, and a READ WQE is asked
+// for in segments (and parts again after a loss), so LAST/ONLY may end a
+// segment; only the WQE's final packet must be one.
+bool fits(const QpEngine& qp, const SendWqe& w, uint32_t i, uint32_t flags, size_t size) noexcept {
+  const bool last_pkt = i + 1 == w.npkts;
+  const uint32_t want = last_pkt ? w.length - i * qp.mtu : qp.mtu;
+  return (!last_pkt || (flags & wire::op::kLast)) && size == want;
+}
+
+// Consumes what was kept out of order once the responses before it are in:
+// the READ at una takes the responses kept after it, and a response kept
+// for a later READ acknowledges the SENDs and WRITEs before that READ.
+void settle_kept(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  while (r.kept_count > 0 && qp.state() != verbs::QpState::err) {
+    uint32_t idx;
+    if (!find_wqe(qp, r.una_psn, idx)) return;
+    SendWqe& w = qp.sq.at(idx);
+    const uint32_t last = psn_add(w.first_psn, w.npkts - 1);
+    if (is_rd_atomic(w.opcode)) {
+      if (!is_read(w.opcode) || w.done || !read_absorb(r, w)) return;  // its missing response is asked for
+      const uint32_t una = psn_add(w.first_psn, w.read_done);
+      if (w.read_done == w.npkts) {
+        w.done = true;
+        --r.rd_atomic;
+        retire(nic, qp);
+      }
+      advance_una(nic, qp, una);
+      continue;
+    }
+    if (!psn_before(last, r.kept_implied) || !ack_through(nic, qp, last)) return;
+  }
+}
+
 void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   RequesterState& r = qp.req;
   const uint32_t psn = pkt.hdr.bth.psn;
@@ -125,15 +165,25 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     return;
   }
   SendWqe& w = qp.sq.at(idx);
+  const uint32_t i = uint32_t(psn_diff(psn, w.first_psn));
   const uint32_t expected = psn_add(w.first_psn, w.read_done);
+  if (w.done || i < w.read_done || read_kept(r, psn)) {  // a response we already have
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  const uint32_t flags = pkt.info->flags;
+  if (!fits(qp, w, i, flags, pkt.payload.size())) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
   // A READ response says the responder executed everything before the READ:
   // the oldest PSN still missing is that of an earlier READ/atomic without
   // its response, if there is one, else the next response of this READ.
   uint32_t missing = expected;
   bool earlier = false;
   if (psn_before(r.una_psn, w.first_psn)) {
-    for (uint32_t i = qp.sq.head(); i != idx; ++i) {
-      const SendWqe& x = qp.sq.at(i);
+    for (uint32_t k = qp.sq.head(); k != idx; ++k) {
+      const SendWqe& x = qp.sq.at(k);
       if (!x.done && is_rd_atomic(x.opcode)) {
         missing = psn_add(x.first_psn, x.read_done);
         earlier = true;
@@ -141,55 +191,52 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
       }
     }
   }
-  if (earlier || w.done || psn != expected) {
-    if (!earlier && !psn_before(expected, psn)) {  // a response we already have
-      ++nic.counters().req_stale_responses;
-      return;
+  if (earlier || psn != expected) {
+    // A response went missing.  This one is placed and kept if it can be
+    // (read_keep.cpp); the missing ones are asked for again at once rather
+    // than after a timeout, and again when the responses start over and
+    // they are still missing (one request per pass of responses; more
+    // would ask over and over).
+    bool kept = false;
+    if (read_keep(nic, qp, w, psn)) {
+      if (!scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, i * qp.mtu, pkt.payload)) {
+        fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
+        return;
+      }
+      kept = true;
     }
-    // A response went missing: ask again from there rather than time out,
-    // and again when the responses start over and it is still missing (one
-    // request per pass of responses; more would rewind over and over).
     if (r.gap == ReadGap::asked && r.gap_psn == missing && !psn_before(psn, r.gap_hi)) {
       if (psn_before(r.gap_hi, psn)) r.gap_hi = psn;
-      ++nic.counters().req_stale_responses;
+      if (!kept) ++nic.counters().req_stale_responses;
       return;
     }
     transition(qp.qpn(), r.gap, ReadGap::asked);
     r.gap_psn = missing;
     r.gap_hi = psn;
     // Acknowledge what needs no response; for an earlier READ/atomic this
-    // goes back to it.
+    // asks for it again.
     if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
     ++nic.counters().req_read_gaps;
     window_on_loss(nic, qp, Loss::read_gap);
-    go_back(nic, qp, expected);
-    return;
-  }
-  const uint32_t flags = pkt.info->flags;
-  const bool last_pkt = w.read_done + 1 == w.npkts;
-  const uint32_t off = w.read_done * qp.mtu;
-  const uint32_t want = last_pkt ? w.length - off : qp.mtu;
-  // Responses come FIRST..LAST per READ request, and a READ WQE is asked for
-  // in segments (and its tail again after a loss), so LAST/ONLY may end a
-  // segment; only the WQE's final packet must be one.
-  if ((last_pkt && !(flags & wire::op::kLast)) || pkt.payload.size() != want) {
-    ++nic.counters().req_stale_responses;
+    if (!kept || !read_request_hole(nic, qp, w, expected)) go_back(nic, qp, expected);
     return;
   }
   // A READ response acknowledges everything before the READ.
   if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
-  if (!scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, off, pkt.payload)) {
+  if (!scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, i * qp.mtu, pkt.payload)) {
     fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
     return;
   }
   ++w.read_done;
+  read_absorb(r, w);
   transition(qp.qpn(), r.gap, ReadGap::none);
-  if (last_pkt) {
+  const uint32_t una = psn_add(w.first_psn, w.read_done);
+  if (w.read_done == w.npkts) {
     w.done = true;
     --r.rd_atomic;
     retire(nic, qp);
   }
-  advance_una(nic, qp, psn_add(psn, 1));
+  advance_una(nic, qp, una);
 }
 
 void on_atomic_ack(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
@@ -242,6 +289,9 @@ void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept
       default: ++nic.counters().req_stale_responses; break;
     }
   }
+  // una may have reached a READ whose responses are kept (an ACK, an atomic
+  // ACK, an earlier READ's last response moved it).
+  settle_kept(nic, qp);
   if ((r.probing || r.sr_check) && qp.state() != verbs::QpState::err) sr_on_progress(nic, qp, false);
 }
 

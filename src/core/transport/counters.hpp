@@ -33,7 +33,8 @@ namespace uroce::transport {
   X(resp_final_acks_repeated) X(ecn_marked) X(cnp_sent) X(cnp_handled) X(cc_paced) X(cc_rate_mbps) \
   X(resp_ooo_kept) X(resp_ooo_duplicates) X(resp_ooo_executed) X(req_selective_resends) X(req_sr_peers) \
   X(req_sr_probes_failed) X(srtt_us) X(cc_window) X(cc_delay_cuts) X(req_sr_stale_naks) \
-  X(req_sr_trains_split) X(req_sr_rd_atomic_resends) X(req_rtt_samples) X(req_rtt_from_resends)
+  X(req_sr_trains_split) X(req_sr_rd_atomic_resends) X(req_rtt_samples) X(req_rtt_from_resends) \
+  X(req_read_kept) X(req_read_holes)
 // clang-format on
 
 struct Counters {

@@ -48,6 +48,10 @@ UROCE_STATE_ENUM(AckOwed, UROCE_ACK_OWED)
 UROCE_STATE_ENUM(SeqNak, UROCE_SEQ_NAK)
 
 inline constexpr uint32_t kTrainPsns = 256;  // the longest send window
+// READ responses kept out of order, ahead of una: more than can be in
+// flight (a window, then one more READ request of up to a window's packets).
+inline constexpr uint32_t kKeepPsns = 4 * kTrainPsns;
+static_assert((0x1000000 % kKeepPsns) == 0, "kept bits stay put across the PSN wrap");
 
 // Requester + completer state (IBA 9.7: requester side of RC/UC/UD).
 struct RequesterState {
@@ -96,6 +100,19 @@ struct RequesterState {
   uint32_t sr_check_psn = 0;
   uint32_t sr_backoff = 1;
   Clock::time_point sr_check_at;
+  // READ responses that came after a missing one (read_keep.cpp): placed
+  // and remembered, by PSN modulo kKeepPsns, for PSNs in
+  // [una_psn, una_psn + kKeepPsns); the missing ones alone are asked for
+  // again (hole_psn, hole_pkts: a request still to send).
+  std::bitset<kKeepPsns> read_kept;
+  uint32_t kept_count = 0;
+  uint32_t kept_implied = 0;  // first PSN of the latest READ with a response kept
+  uint32_t hole_psn = 0;
+  uint32_t hole_pkts = 0;
+  // A hole was asked for: una is watched (selective.cpp) until everything
+  // sent is acknowledged, for a later READ request may have been lost too
+  // and no response will say so.
+  bool read_watch = false;
   // Round-trip time from ACK timing (one packet timed at a time; none that
   // was resent).  A hole before it resent for a NAK makes the ACK that
   // covers it wait for the resend: the time is taken from that resend then

@@ -246,6 +246,20 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   return !last;
 }
 
+// A READ request for response packets [i, i + n) of `w`.
+void send_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t i, uint32_t n) noexcept {
+  const uint32_t psn = psn_add(w.first_psn, i);
+  const uint64_t off = uint64_t(i) * qp.mtu;
+  wire::Headers h = base_headers(qp, w, uint8_t(Opcode::rc_read_request), psn);
+  h.bth.ack_req = true;
+  h.reth.va = w.remote_addr + off;
+  h.reth.rkey = w.rkey;
+  h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
+  count_packet(nic, qp, psn, n == 1, n);
+  pace_sent(nic, qp, kPacketOverhead);
+}
+
 // READ requests go out in segments of max_window_pkts() response packets,
 // aligned at multiples of it from the READ's first packet; the next segment
 // is asked for once the responses outstanding fall to half the send window.
@@ -265,19 +279,24 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   // got would ask for PSNs it does not know yet: it drops such requests.
   const uint32_t seg = max_window_pkts(qp);
   const uint32_t n = std::min(w.npkts, (w.read_req / seg + 1) * seg) - w.read_req;
-  const uint32_t psn = psn_add(w.first_psn, w.read_req);
-  const uint64_t off = uint64_t(w.read_req) * qp.mtu;
-  wire::Headers h = base_headers(qp, w, uint8_t(Opcode::rc_read_request), psn);
-  h.bth.ack_req = true;
-  h.reth.va = w.remote_addr + off;
-  h.reth.rkey = w.rkey;
-  h.reth.length = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
-  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
-  count_packet(nic, qp, h.bth.psn, n == 1, n);
-  pace_sent(nic, qp, kPacketOverhead);
+  send_read_request(nic, qp, w, w.read_req, n);
   w.read_req += n;
   r.send_psn = psn_add(w.first_psn, w.read_req);
   return w.read_req < w.npkts;
+}
+
+// Asks for the READ responses missing at hole_psn (read_keep.cpp), if they
+// still are.
+void emit_read_hole(Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  const uint32_t n = r.hole_pkts;
+  r.hole_pkts = 0;
+  uint32_t idx;
+  if (psn_before(r.hole_psn, r.una_psn) || !find_wqe(qp, r.hole_psn, idx)) return;
+  SendWqe& w = qp.sq.at(idx);
+  const uint32_t i = uint32_t(psn_diff(r.hole_psn, w.first_psn));
+  if (!is_read(w.opcode) || w.done || i < w.read_done || i >= w.read_req) return;
+  send_read_request(nic, qp, w, i, std::min(n, w.read_req - i));
 }
 
 void emit_atomic(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
@@ -374,6 +393,18 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   while (true) {
     const verbs::QpState st = qp.state();
     if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
+    if (r.hole_pkts > 0) {  // missing READ responses, before anything new (read_keep.cpp)
+      if (budget == 0) {
+        more = true;
+        break;
+      }
+      if (!pace_allows(nic, qp)) break;
+      --budget;
+      sent = true;
+      ensure_room(nic);
+      emit_read_hole(nic, qp);
+      continue;
+    }
     if (r.resend_left > 0) {  // lost packets, before anything new (selective.cpp)
       if (budget == 0) {
         more = true;

@@ -62,12 +62,29 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
 // `nak`: a sequence NAK moved it (one for the PSN after a probe extends
 // the probe).
 void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept;
-// After packets went out: a peer that keeps has una watched.
+// Watches `psn` (unless it is watched already): resent if still
+// unacknowledged after about two round trips.
+void sr_watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
+// After packets went out: a peer that keeps (or READ responses kept) has
+// una watched.
 void sr_on_sent(Nic& nic, QpEngine& qp) noexcept;
 // The timer: una unacknowledged for about two round trips goes again.
 void sr_on_timer(Nic& nic, QpEngine& qp) noexcept;
 // Takes an RTT sample when una passed the timed packet.
 void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept;
+
+// READ responses out of order (read_keep.cpp).  Whether response `psn` is
+// kept already.
+bool read_kept(const RequesterState& r, uint32_t psn) noexcept;
+// Remembers response `psn` of the READ `w`, placed ahead of one missing.
+// False if it cannot be (selective repeat off, or too far ahead of una).
+bool read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept;
+// Moves `w.read_done` over the responses kept after it; true if it moved.
+bool read_absorb(RequesterState& r, SendWqe& w) noexcept;
+// Asks for the responses of `w` missing from `missing` up to the first one
+// kept, leaving everything else as it is; false (go back N instead) if
+// nothing is kept or they are not asked for yet.
+bool read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t missing) noexcept;
 
 // Local ACK timeout of the QP attribute: 4.096 us * 2^timeout, at least 1 ms
 // (a user-space stack's scheduling jitter is larger than a NIC's).  Timeout 0

@@ -49,7 +49,7 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   // Everything from here goes again: a selective resend or probe in
   // progress is moot, and the packet being timed goes again too (Karn).
   r.probing = r.sr_check = r.timing = false;
-  r.resend_left = r.run_len = 0;
+  r.resend_left = r.run_len = r.hole_pkts = 0;
   r.send_idx = idx;
   r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
   r.send_psn = psn;

@@ -144,9 +144,15 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   return true;
 }
 
+void sr_watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
+  if (!qp.req.sr_check || qp.req.sr_check_psn != psn) watch(nic, qp, psn);
+}
+
 void sr_on_sent(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
-  if (r.peer_sr == PeerSr::keeps && !r.sr_check && r.una_psn != r.next_psn) watch(nic, qp, r.una_psn);
+  if (r.una_psn == r.next_psn) r.read_watch = false;
+  // (Or READ responses missing, read_keep.cpp: the watch asks again.)
+  if ((r.peer_sr == PeerSr::keeps || r.read_watch) && !r.sr_check && r.una_psn != r.next_psn) watch(nic, qp, r.una_psn);
 }
 
 void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept {
@@ -198,12 +204,15 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
   uint32_t idx;
   if (find_wqe(qp, r.sr_check_psn, idx) && is_rd_atomic(qp.sq.at(idx).opcode)) {
     // A READ or an atomic unanswered for about two round trips: its request
-    // goes again (a READ's from its first missing response), and what
-    // follows it, as the QP's timeout would send them -- without using up
-    // one of its retries, which under heavy loss a READ could otherwise
-    // exhaust (each try needs its request and a response through).
+    // goes again (a READ's from its first missing response: up to the
+    // first kept if any are, read_keep.cpp; else with what follows it, as
+    // the QP's timeout would send them) -- without using up one of its
+    // retries, which under heavy loss a READ could otherwise exhaust (each
+    // try needs its request and a response through).
     const uint32_t backoff = r.sr_backoff;
-    go_back(nic, qp, r.sr_check_psn);
+    const SendWqe& w = qp.sq.at(idx);
+    const uint32_t missing = is_read(w.opcode) ? psn_add(w.first_psn, w.read_done) : w.first_psn;
+    if (!is_read(w.opcode) || !read_request_hole(nic, qp, w, missing)) go_back(nic, qp, r.sr_check_psn);
     ++nic.counters().req_sr_rd_atomic_resends;
     r.sr_check = true;  // go_back stopped the watch: keep it, backing off
     r.sr_backoff = backoff;
