@@ -83,10 +83,10 @@ TEST(RcReadKeep, OnlyTheLostResponseIsAskedForAgain) {
 }
 
 // Two holes in one READ: the second is asked for as soon as the first is
-// filled (the responses kept after it say it is missing), and its request
-// ends at the first response kept after it.
+// filled (the responses kept after it say it is missing), not by the watch,
+// and its request ends at the first response kept after it.
 TEST(RcReadKeep, HolesAreAskedForOneAfterAnother) {
-  Fake f(patient(std::chrono::milliseconds(50)));
+  Fake f(patient(std::chrono::hours(1)));
   Pair& p = *f.p;
   const uint32_t len = 16 * 1024;
   lose_responses(f, {3, 8, 9});
@@ -99,8 +99,47 @@ TEST(RcReadKeep, HolesAreAskedForOneAfterAnother) {
   EXPECT_EQ(read_requests(f), want);
   const Counters ca = p.a.counters(), cb = p.b.counters();
   EXPECT_EQ(ca.req_read_holes, 2u);
+  EXPECT_EQ(ca.req_sr_rd_atomic_resends, 0u);
   EXPECT_EQ(ca.req_timeouts, 0u);
   EXPECT_EQ(cb.resp_read_packets, 16u + 3u);
+}
+
+// A READ of two request segments (300 responses, 256 a segment): response
+// 200 lost, and the request for the second segment; the SEND after the
+// READ draws a sequence NAK for the second segment's first PSN.  That NAK
+// says nothing of response 200: una stays at it (it used to move past it,
+// and the READ waited for responses it then dropped as stale until its
+// retries ran out), the hole is asked for and the segment again.
+TEST(RcReadKeep, ANakPastAMissingResponseLeavesUnaAtIt) {
+  Fake f(patient(std::chrono::milliseconds(50)));
+  Pair& p = *f.p;
+  const uint32_t base = p.opt.psn_a;
+  const Endpoint a = f.a_ep, b = f.b_ep;
+  auto lost = std::make_shared<int>(0);
+  f.drop_if([=](const WirePkt& w) {
+    const uint32_t psn = w.psn() - base;
+    if (w.src == a && w.opcode() == uint8_t(wire::Opcode::rc_read_request) && psn == 256 && !(*lost & 1))
+      return (*lost |= 1), true;
+    if (w.src == b && (w.flags & op::kRead) && psn == 200 && !(*lost & 2)) return (*lost |= 2), true;
+    return false;
+  });
+  const uint32_t len = 300 * 1024;
+  fill_pattern(p.b.buf.data(), len, 12);
+  fill_pattern(p.a.buf.data() + (512 << 10), 64, 13);
+  ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(512 << 10, 64)}).ok());
+  post_read(p, 1, 0, len);
+  Sge sge = p.a.sge(512 << 10, 64);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::send, &sge)).ok());
+  expect_one(*p.a.scq, 1, WcOpcode::rdma_read, len);
+  expect_one(*p.a.scq, 2, WcOpcode::send, 64);
+  expect_one(*p.b.rcq, 7, WcOpcode::recv, 64);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), len), -1);
+  EXPECT_EQ(first_diff(p.a.buf.data() + (512 << 10), p.b.buf.data() + (512 << 10), 64), -1);
+  EXPECT_EQ(*lost, 3);
+  const Counters ca = p.a.counters();
+  EXPECT_GE(ca.req_read_holes, 1u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+  EXPECT_EQ(p.a.qp->query().qp_state, QpState::rts);
 }
 
 // The lost response is lost again when asked for: nothing follows it to say

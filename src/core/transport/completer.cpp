@@ -43,14 +43,44 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   nic.schedule(qp);  // the window moved
 }
 
+// What ack_through did: acknowledged everything through `last`; went back
+// N to a READ/atomic response missing (the caller stops); or asked for a
+// READ's missing responses alone, una at the first (the caller may go on
+// with PSNs after it, but completes nothing there).
+enum class Acked : uint8_t { all, rewound, hole };
+
+// A READ/atomic response before `last` is missing: asked for again (a
+// READ's alone if responses after it are kept), una moved up to it.
+Acked response_gap(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
+  const uint32_t missing = psn_add(w.first_psn, w.read_done);
+  if (psn_before(qp.req.una_psn, missing)) advance_una(nic, qp, missing);
+  const HoleAsk ask = is_read(w.opcode) ? read_request_hole(nic, qp, w, missing) : HoleAsk::no;
+  if (ask != HoleAsk::already) {
+    ++nic.counters().req_read_gaps;
+    window_on_loss(nic, qp, Loss::read_gap);
+  }
+  if (ask == HoleAsk::no) go_back(nic, qp, missing);
+  retire(nic, qp);
+  return ask == HoleAsk::no ? Acked::rewound : Acked::hole;
+}
+
 // Marks every WQE whose PSNs all lie at or before `last` as done, in order.
 // A READ or atomic without its response stops the walk: its response was
-// lost, so it is asked for again.  Returns false if it had to rewind.
-bool ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
+// lost, so it is asked for again -- also a READ whose responses run on
+// past `last` but miss one before it (the request for its next segment
+// was lost, and what followed it drew the NAK or ACK for `last`).
+Acked ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
   auto& sq = qp.sq;
   for (uint32_t i = sq.head(); i != sq.tail(); ++i) {
     SendWqe& w = sq.at(i);
-    if (!w.assigned || psn_diff(psn_add(w.first_psn, w.npkts - 1), last) > 0) break;
+    if (!w.assigned) break;
+    if (psn_diff(psn_add(w.first_psn, w.npkts - 1), last) > 0) {
+      if (is_read(w.opcode) && !w.done && !psn_before(last, w.first_psn)) {
+        read_absorb(qp.req, w);
+        if (psn_before(psn_add(w.first_psn, w.read_done), psn_add(last, 1))) return response_gap(nic, qp, w);
+      }
+      break;
+    }
     if (w.done) continue;
     if (is_rd_atomic(w.opcode)) {
       if (is_read(w.opcode) && read_absorb(qp.req, w) && w.read_done == w.npkts) {  // kept
@@ -58,25 +88,23 @@ bool ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
         --qp.req.rd_atomic;
         continue;
       }
-      const uint32_t missing = psn_add(w.first_psn, w.read_done);
-      if (psn_before(qp.req.una_psn, missing)) advance_una(nic, qp, missing);
-      ++nic.counters().req_read_gaps;
-      window_on_loss(nic, qp, Loss::read_gap);
-      if (!is_read(w.opcode) || !read_request_hole(nic, qp, w, missing)) go_back(nic, qp, missing);
-      retire(nic, qp);
-      return false;
+      return response_gap(nic, qp, w);
     }
     w.done = true;
   }
   retire(nic, qp);
   advance_una(nic, qp, psn_add(last, 1));
-  return true;
+  return Acked::all;
 }
 
 void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
   Counters& c = nic.counters();
-  // Everything before the NAKed PSN arrived.
-  if (!ack_through(nic, qp, psn_add(psn, kPsnMask)) || qp.state() == verbs::QpState::err) return;
+  // Everything before the NAKed PSN arrived.  (A READ response missing
+  // before it: a sequence NAK is still answered, an error NAK waits -- it
+  // comes again -- for failing the WQE completes those before it.)
+  const Acked acked = ack_through(nic, qp, psn_add(psn, kPsnMask));
+  if (acked == Acked::rewound || qp.state() == verbs::QpState::err) return;
+  if (acked == Acked::hole && wire::NakCode(code) != wire::NakCode::psn_sequence_error) return;
   WcStatus st;
   switch (wire::NakCode(code)) {
     case wire::NakCode::psn_sequence_error:
@@ -99,7 +127,7 @@ void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
 void on_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t timer) noexcept {
   RequesterState& r = qp.req;
   ++nic.counters().req_rnr_naks_rcvd;
-  if (!ack_through(nic, qp, psn_add(psn, kPsnMask)) || qp.state() == verbs::QpState::err) return;
+  if (ack_through(nic, qp, psn_add(psn, kPsnMask)) == Acked::rewound || qp.state() == verbs::QpState::err) return;
   uint32_t idx;
   if (!find_wqe(qp, psn, idx)) return;
   if (qp.attr.rnr_retry != 7) {
@@ -152,7 +180,7 @@ void settle_kept(Nic& nic, QpEngine& qp) noexcept {
       advance_una(nic, qp, una);
       continue;
     }
-    if (!psn_before(last, r.kept_implied) || !ack_through(nic, qp, last)) return;
+    if (!psn_before(last, r.kept_implied) || ack_through(nic, qp, last) != Acked::all) return;
   }
 }
 
@@ -215,14 +243,17 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     r.gap_hi = psn;
     // Acknowledge what needs no response; for an earlier READ/atomic this
     // asks for it again.
-    if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
+    if (psn_before(r.una_psn, w.first_psn) && ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)) != Acked::all)
+      return;
+    const HoleAsk ask = kept ? read_request_hole(nic, qp, w, expected) : HoleAsk::no;
+    if (ask == HoleAsk::already) return;
     ++nic.counters().req_read_gaps;
     window_on_loss(nic, qp, Loss::read_gap);
-    if (!kept || !read_request_hole(nic, qp, w, expected)) go_back(nic, qp, expected);
+    if (ask == HoleAsk::no) go_back(nic, qp, expected);
     return;
   }
   // A READ response acknowledges everything before the READ.
-  if (psn_before(r.una_psn, w.first_psn) && !ack_through(nic, qp, psn_add(w.first_psn, kPsnMask))) return;
+  if (psn_before(r.una_psn, w.first_psn) && ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)) != Acked::all) return;
   if (!scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, i * qp.mtu, pkt.payload)) {
     fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
     return;
@@ -235,6 +266,10 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     w.done = true;
     --r.rd_atomic;
     retire(nic, qp);
+  } else if (r.kept_count > 0 && psn_before(una, r.kept_hi)) {
+    // The next one is missing too, and a response kept after it says it was
+    // sent: ask for it now.
+    read_request_hole(nic, qp, w, una);
   }
   advance_una(nic, qp, una);
 }
@@ -247,7 +282,7 @@ void on_atomic_ack(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     return;
   }
   SendWqe& w = qp.sq.at(idx);
-  if (!ack_through(nic, qp, psn_add(psn, kPsnMask))) return;
+  if (ack_through(nic, qp, psn_add(psn, kPsnMask)) != Acked::all) return;
   const uint64_t orig = pkt.hdr.atomic_ack.orig;
   uint8_t bytes[8];
   std::memcpy(bytes, &orig, 8);

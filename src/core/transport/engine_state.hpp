@@ -107,8 +107,12 @@ struct RequesterState {
   std::bitset<kKeepPsns> read_kept;
   uint32_t kept_count = 0;
   uint32_t kept_implied = 0;  // first PSN of the latest READ with a response kept
+  uint32_t kept_hi = 0;       // the highest PSN kept
   uint32_t hole_psn = 0;
   uint32_t hole_pkts = 0;
+  bool hole_asked = false;  // [asked_psn, asked_end) was asked for: again only by the watch
+  uint32_t asked_psn = 0;
+  uint32_t asked_end = 0;
   // A hole was asked for: una is watched (selective.cpp) until everything
   // sent is acknowledged, for a later READ request may have been lost too
   // and no response will say so.

@@ -30,6 +30,7 @@ bool read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept 
   const int32_t ahead = psn_diff(psn, r.una_psn);
   if (ahead < 0 || uint32_t(ahead) >= kKeepPsns) return false;
   if (r.kept_count == 0 || psn_before(r.kept_implied, w.first_psn)) r.kept_implied = w.first_psn;
+  if (r.kept_count == 0 || psn_before(r.kept_hi, psn)) r.kept_hi = psn;
   r.read_kept[psn % kKeepPsns] = true;
   ++r.kept_count;
   ++nic.counters().req_read_kept;
@@ -49,11 +50,16 @@ bool read_absorb(RequesterState& r, SendWqe& w) noexcept {
   return w.read_done != before;
 }
 
-bool read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t missing) noexcept {
+HoleAsk read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t missing, bool again) noexcept {
   RequesterState& r = qp.req;
-  if (r.kept_count == 0) return false;
+  if (r.kept_count == 0) return HoleAsk::no;
   const uint32_t i = uint32_t(psn_diff(missing, w.first_psn));
-  if (i >= w.read_req) return false;  // not asked for yet: a pass going back asks
+  if (i >= w.read_req) return HoleAsk::no;  // not asked for yet: a pass going back asks
+  // Asked for already (its answer may still be on the way, or overtaken by
+  // a kept response; each ACK, NAK or reordered response would ask again):
+  // only the watch asks again.
+  if (!again && r.hole_asked && !psn_before(missing, r.asked_psn) && psn_before(missing, r.asked_end))
+    return HoleAsk::already;
   // Within one earlier request: the responder finds it among its resources.
   const uint32_t seg = max_window_pkts(qp);
   const uint32_t end = std::min({w.npkts, (i / seg + 1) * seg, w.read_req});
@@ -61,11 +67,14 @@ bool read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t missin
   while (i + n < end && !read_kept(r, psn_add(missing, n))) ++n;
   r.hole_psn = missing;
   r.hole_pkts = n;
+  r.hole_asked = true;
+  r.asked_psn = missing;
+  r.asked_end = psn_add(missing, n);
   ++nic.counters().req_read_holes;
   r.read_watch = true;
   sr_watch(nic, qp, missing);  // the request, or the last response it draws, may be lost too
   nic.schedule(qp);
-  return true;
+  return HoleAsk::asked;
 }
 
 }  // namespace uroce::transport

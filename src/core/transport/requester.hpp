@@ -82,9 +82,11 @@ bool read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept;
 // Moves `w.read_done` over the responses kept after it; true if it moved.
 bool read_absorb(RequesterState& r, SendWqe& w) noexcept;
 // Asks for the responses of `w` missing from `missing` up to the first one
-// kept, leaving everything else as it is; false (go back N instead) if
-// nothing is kept or they are not asked for yet.
-bool read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t missing) noexcept;
+// kept, leaving everything else as it is: `no` (go back N instead) if
+// nothing is kept or they are not asked for yet.  A hole asked for already
+// is asked for `again` only by the watch (`already`: nothing sent).
+enum class HoleAsk : uint8_t { no, asked, already };
+HoleAsk read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t missing, bool again = false) noexcept;
 
 // Local ACK timeout of the QP attribute: 4.096 us * 2^timeout, at least 1 ms
 // (a user-space stack's scheduling jitter is larger than a NIC's).  Timeout 0

@@ -49,7 +49,10 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   // Everything from here goes again: a selective resend or probe in
   // progress is moot, and the packet being timed goes again too (Karn).
   r.probing = r.sr_check = r.timing = false;
-  r.resend_left = r.run_len = r.hole_pkts = 0;
+  r.resend_left = r.run_len = 0;
+  // A READ hole before the rewind point is not asked for again by it.
+  if (!psn_before(r.hole_psn, psn)) r.hole_pkts = 0;
+  if (!psn_before(r.asked_psn, psn)) r.hole_asked = false;
   r.send_idx = idx;
   r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
   r.send_psn = psn;
@@ -124,7 +127,8 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
     return;
   }
   const Clock::time_point now = nic.now();
-  if (Clock::time_point at; pace_next(nic, qp, at) && (r.send_idx != qp.sq.tail() || r.resend_left > 0)) {
+  if (Clock::time_point at;
+      pace_next(nic, qp, at) && (r.send_idx != qp.sq.tail() || r.resend_left > 0 || r.hole_pkts > 0)) {
     // Paced, with packets to send: its turn came, or an earlier timer fired
     // first (arm_timer keeps only the earliest): ask to be woken again.
     if (now >= at)

@@ -212,7 +212,8 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
     const uint32_t backoff = r.sr_backoff;
     const SendWqe& w = qp.sq.at(idx);
     const uint32_t missing = is_read(w.opcode) ? psn_add(w.first_psn, w.read_done) : w.first_psn;
-    if (!is_read(w.opcode) || !read_request_hole(nic, qp, w, missing)) go_back(nic, qp, r.sr_check_psn);
+    if (!is_read(w.opcode) || read_request_hole(nic, qp, w, missing, true) == HoleAsk::no)
+      go_back(nic, qp, r.sr_check_psn);
     ++nic.counters().req_sr_rd_atomic_resends;
     r.sr_check = true;  // go_back stopped the watch: keep it, backing off
     r.sr_backoff = backoff;
