@@ -50,7 +50,7 @@ PACKAGES+=(iptables clang libclang-rt-14-dev)
 # support.SourcesAreClangFormatted: the style of .clang-format, as clang-format 14 applies it.
 PACKAGES+=(clang-format)
 # What bench/run measures uroce against, and plots with (./run.sh bench).
-BENCH_PACKAGES=(sockperf iperf3 gnuplot-nox)
+BENCH_PACKAGES=(sockperf iperf3 gnuplot-nox iputils-ping)
 BUILD_DIR=build
 
 usage() {
