@@ -2,6 +2,7 @@
 // filters that drop chosen packets deterministically.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -89,6 +90,19 @@ struct Fake {
   }
   // Drops the packets `pred` picks (it sees each decoded packet, in order).
   void drop_if(std::function<bool(const WirePkt&)> pred) { net->set_filter(DropFilter{}.make(std::move(pred))); }
+  // Drops the packets from `from` with all of `flags` whose PSN, counted
+  // from A's first, is in `lost`: each once for every time it is listed.
+  void lose_psns(Endpoint from, uint32_t flags, std::vector<uint32_t> lost) {
+    const uint32_t base = p->opt.psn_a;
+    auto left = std::make_shared<std::vector<uint32_t>>(std::move(lost));
+    drop_if([=](const WirePkt& w) {
+      if (w.src != from || (w.flags & flags) != flags) return false;
+      auto it = std::find(left->begin(), left->end(), w.psn() - base);
+      if (it == left->end()) return false;
+      left->erase(it);
+      return true;
+    });
+  }
   // Drops the n-th (1-based) packet from `from` that has all of `flags`.
   void drop_nth(Endpoint from, uint32_t flags, int n) {
     auto seen = std::make_shared<int>(0);

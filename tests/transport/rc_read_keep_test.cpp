@@ -41,18 +41,7 @@ std::vector<ReadReq> read_requests(Fake& f) {
 
 // Drops B's READ responses whose PSN (from A's first) is listed, each once
 // for every time it is listed.
-void lose_responses(Fake& f, std::vector<uint32_t> lost) {
-  const uint32_t base = f.p->opt.psn_a;
-  const Endpoint b = f.b_ep;
-  auto left = std::make_shared<std::vector<uint32_t>>(std::move(lost));
-  f.drop_if([=](const WirePkt& w) {
-    if (w.src != b || !(w.flags & op::kRead)) return false;
-    auto it = std::find(left->begin(), left->end(), w.psn() - base);
-    if (it == left->end()) return false;
-    left->erase(it);
-    return true;
-  });
-}
+void lose_responses(Fake& f, std::vector<uint32_t> lost) { f.lose_psns(f.b_ep, op::kRead, std::move(lost)); }
 
 void post_read(Pair& p, uint64_t id, uint32_t off, uint32_t len) {
   Sge sge = p.a.sge(off, len);

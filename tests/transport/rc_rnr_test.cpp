@@ -147,10 +147,10 @@ TEST_P(RcRnr, WaitsLongerThanTheAckTimeoutCostNoRetry) {
   transport::CongestionConfig c;
   c.retry_floor = 0ms;
   o.congestion = c;
-  o.timeout = 8;  // 1.05 ms
+  o.timeout = 12;  // 16.8 ms: a loaded machine's scheduling delays stay well inside it
   o.retry_cnt = 0;
   o.rnr_retry = 7;
-  o.min_rnr_timer = 16;  // 2.56 ms
+  o.min_rnr_timer = 24;  // 40.96 ms
   Pair p(o);
   Sge s = p.a.sge(0, 3000);
   ASSERT_TRUE(post_send(*p.a.qp, message(1, GetParam(), s, p.b)).ok());

@@ -34,18 +34,7 @@ std::vector<uint32_t> sent_psns(Fake& f) {
 
 // Drops A's request packets whose PSN (counted from the first) is in
 // `lost`, each once for every time it is listed.
-void lose(Fake& f, std::vector<uint32_t> lost) {
-  const uint32_t base = f.p->opt.psn_a;
-  const Endpoint a = f.a_ep;
-  auto left = std::make_shared<std::vector<uint32_t>>(std::move(lost));
-  f.drop_if([=](const WirePkt& w) {
-    if (w.src != a || !(w.flags & op::kRequest)) return false;
-    auto it = std::find(left->begin(), left->end(), w.psn() - base);
-    if (it == left->end()) return false;
-    left->erase(it);
-    return true;
-  });
-}
+void lose(Fake& f, std::vector<uint32_t> lost) { f.lose_psns(f.a_ep, op::kRequest, std::move(lost)); }
 
 // Posts a 10 KiB WRITE of A's buffer at `off` to the same place in B's.
 void post_write_10k(Pair& p, uint64_t id, uint32_t off) {

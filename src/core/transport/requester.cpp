@@ -393,7 +393,9 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   while (true) {
     const verbs::QpState st = qp.state();
     if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
-    if (r.hole_pkts > 0) {  // missing READ responses, before anything new (read_keep.cpp)
+    // Missing READ responses (read_keep.cpp) and lost packets (selective.cpp),
+    // before anything new.
+    if (r.hole_pkts > 0 || r.resend_left > 0) {
       if (budget == 0) {
         more = true;
         break;
@@ -401,19 +403,12 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
       if (!pace_allows(nic, qp)) break;
       --budget;
       sent = true;
-      ensure_room(nic);
-      emit_read_hole(nic, qp);
-      continue;
-    }
-    if (r.resend_left > 0) {  // lost packets, before anything new (selective.cpp)
-      if (budget == 0) {
-        more = true;
+      if (r.hole_pkts > 0) {
+        ensure_room(nic);
+        emit_read_hole(nic, qp);
+      } else if (!resend_one(nic, qp)) {
         break;
       }
-      if (!pace_allows(nic, qp)) break;
-      --budget;
-      sent = true;
-      if (!resend_one(nic, qp)) break;
       continue;
     }
     if (r.send_idx == qp.sq.tail()) break;
