@@ -188,6 +188,9 @@ TEST(RcLoss, DroppedReadResponseRerequestsTheTail) {
 TEST(RcLoss, DroppedResponsesInMultiSegmentRead) {
   PairOptions o;
   o.timeout = 16;  // 268 ms: recovery must not need it
+  transport::CongestionConfig c;
+  c.resend_wait_min = std::chrono::milliseconds(50);  // no watch resend on a slow machine
+  o.congestion = c;
   Fake f(o);
   Pair& p = *f.p;
   const uint32_t len = 1u << 20;  // 1024 response packets, 4 request segments
