@@ -208,6 +208,71 @@ TEST(RcReadKeep, ASendBetweenReadsIsAcknowledgedByTheLaterReadsResponses) {
   EXPECT_EQ(ca.req_timeouts, 0u);
 }
 
+// READ, then a SEND the peer has no receive for, rnr_retry 0: the READ's
+// second response is lost, and the RNR NAK for the SEND arrives while it
+// is asked for.  Failing the SEND then would complete the READ with a hole
+// in its data; the NAK waits, the READ completes byte-exact, and the SEND
+// fails when its resend draws the RNR NAK again.
+TEST(RcReadKeep, AnRnrNakBehindAMissingResponseWaitsForIt) {
+  PairOptions o = patient(std::chrono::milliseconds(50));
+  o.rnr_retry = 0;
+  Fake f(o);
+  Pair& p = *f.p;
+  lose_responses(f, {1});
+  fill_pattern(p.b.buf.data(), 4 * 1024, 14);
+  post_read(p, 1, 0, 4 * 1024);
+  Sge sge = p.a.sge(8 << 10, 64);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::send, &sge)).ok());
+  auto wc = poll_n(*p.a.scq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success) << to_string(wc[0].status);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 4 * 1024), -1);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, WcStatus::rnr_retry_exc_err) << to_string(wc[1].status);
+  EXPECT_GE(p.a.counters().req_rnr_naks_rcvd, 2u);
+}
+
+// The READ's hole request is lost, and the first SEND after the READ: the
+// second SEND draws a sequence NAK for the first while the hole is still
+// missing.  The watch stays on the hole (it moved to the SEND's resend and
+// left the hole to the QP's 268 ms timeout), and everything completes
+// without a timeout.
+TEST(RcReadKeep, ASequenceNakBehindAHoleLeavesTheHoleWatched) {
+  Fake f(patient(std::chrono::milliseconds(20)));
+  Pair& p = *f.p;
+  const uint32_t base = p.opt.psn_a;
+  const Endpoint a = f.a_ep, b = f.b_ep;
+  auto lost = std::make_shared<int>(0);
+  f.drop_if([=](const WirePkt& w) {
+    const uint32_t psn = w.psn() - base;
+    auto once = [&](int bit) { return !(*lost & bit) && (*lost |= bit, true); };
+    if (w.src == b && (w.flags & op::kRead) && psn == 1) return once(1);
+    if (w.src == a && w.opcode() == uint8_t(wire::Opcode::rc_read_request) && psn == 1) return once(2);
+    if (w.src == a && (w.flags & op::kSend) && psn == 4) return once(4);
+    return false;
+  });
+  fill_pattern(p.b.buf.data(), 4 * 1024, 15);
+  fill_pattern(p.a.buf.data() + (8 << 10), 128, 16);
+  ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(8 << 10, 64)}).ok());
+  ASSERT_TRUE(post_recv(*p.b.qp, 8, {p.b.sge((8 << 10) + 64, 64)}).ok());
+  post_read(p, 1, 0, 4 * 1024);
+  Sge s1 = p.a.sge(8 << 10, 64), s2 = p.a.sge((8 << 10) + 64, 64);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(2, WrOpcode::send, &s1)).ok());
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(3, WrOpcode::send, &s2)).ok());
+  expect_one(*p.a.scq, 1, WcOpcode::rdma_read, 4 * 1024);
+  expect_one(*p.a.scq, 2, WcOpcode::send, 64);
+  expect_one(*p.a.scq, 3, WcOpcode::send, 64);
+  expect_one(*p.b.rcq, 7, WcOpcode::recv, 64);
+  expect_one(*p.b.rcq, 8, WcOpcode::recv, 64);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 4 * 1024), -1);
+  EXPECT_EQ(first_diff(p.a.buf.data() + (8 << 10), p.b.buf.data() + (8 << 10), 128), -1);
+  EXPECT_EQ(*lost, 7);
+  const Counters ca = p.a.counters();
+  EXPECT_EQ(ca.req_seq_naks_rcvd, 1u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+}
+
 // 1% of the packets lost each way over 16 READs of 256 KiB (MTU 4096): each
 // response lost is asked for again alone, about once (a lost request, or
 // a round trip slower than 50 ms, costs one more), never a tail or a

@@ -22,6 +22,7 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   if (!psn_before(r.una_psn, una)) return;
   window_on_ack(nic, qp, uint32_t(psn_diff(una, r.una_psn)));
   r.una_psn = una;
+  if (r.hole_asked && !psn_before(una, r.asked_end)) r.hole_asked = false;  // answered
   rtt_on_ack(nic, qp);
   r.retry_left = qp.attr.retry_cnt;
   r.progress_at = nic.now();
@@ -78,6 +79,11 @@ Acked ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
       if (is_read(w.opcode) && !w.done && !psn_before(last, w.first_psn)) {
         read_absorb(qp.req, w);
         if (psn_before(psn_add(w.first_psn, w.read_done), psn_add(last, 1))) return response_gap(nic, qp, w);
+        if (w.read_done == w.npkts) {  // all of it kept: complete, through its end
+          w.done = true;
+          --qp.req.rd_atomic;
+          last = psn_add(w.first_psn, w.npkts - 1);
+        }
       }
       break;
     }
@@ -100,8 +106,10 @@ Acked ack_through(Nic& nic, QpEngine& qp, uint32_t last) noexcept {
 void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
   Counters& c = nic.counters();
   // Everything before the NAKed PSN arrived.  (A READ response missing
-  // before it: a sequence NAK is still answered, an error NAK waits -- it
-  // comes again -- for failing the WQE completes those before it.)
+  // before it: a sequence NAK is still answered; an error NAK is not, for
+  // failing its WQE completes those before it -- the responder, in error
+  // now, answers nothing more, and the READ ends by the retry count, as
+  // rdma_rxe's does.)
   const Acked acked = ack_through(nic, qp, psn_add(psn, kPsnMask));
   if (acked == Acked::rewound || qp.state() == verbs::QpState::err) return;
   if (acked == Acked::hole && wire::NakCode(code) != wire::NakCode::psn_sequence_error) return;
@@ -127,10 +135,14 @@ void on_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t code) noexcept {
 void on_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn, uint8_t timer) noexcept {
   RequesterState& r = qp.req;
   ++nic.counters().req_rnr_naks_rcvd;
-  if (ack_through(nic, qp, psn_add(psn, kPsnMask)) == Acked::rewound || qp.state() == verbs::QpState::err) return;
+  const Acked acked = ack_through(nic, qp, psn_add(psn, kPsnMask));
+  if (acked == Acked::rewound || qp.state() == verbs::QpState::err) return;
   uint32_t idx;
   if (!find_wqe(qp, psn, idx)) return;
   if (qp.attr.rnr_retry != 7) {
+    // (Not while a READ response before it is missing: failing the WQE
+    // would complete that READ.  The resend draws the RNR NAK again.)
+    if (r.rnr_left == 0 && acked == Acked::hole) return;
     if (r.rnr_left == 0) {
       ++nic.counters().req_rnr_retry_exc;
       fail_wqe(nic, qp, idx, WcStatus::rnr_retry_exc_err);
@@ -226,11 +238,15 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     // they are still missing (one request per pass of responses; more
     // would ask over and over).
     bool kept = false;
-    if (read_keep(nic, qp, w, psn)) {
+    if (read_keepable(nic, r, psn)) {
       if (!scatter(qp.mem(), {qp.sq.sges(idx), w.num_sge}, i * qp.mtu, pkt.payload)) {
-        fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
+        // Failing it completes what is before it: not while an earlier
+        // READ/atomic waits for its response (this one fails in order).
+        if (!earlier) fail_wqe(nic, qp, idx, WcStatus::loc_prot_err);
+        ++nic.counters().req_stale_responses;
         return;
       }
+      read_keep(nic, qp, w, psn);
       kept = true;
     }
     if (r.gap == ReadGap::asked && r.gap_psn == missing && !psn_before(psn, r.gap_hi)) {

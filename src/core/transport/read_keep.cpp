@@ -24,17 +24,18 @@ bool read_kept(const RequesterState& r, uint32_t psn) noexcept {
   return r.kept_count > 0 && uint32_t(psn_diff(psn, r.una_psn)) < kKeepPsns && r.read_kept[psn % kKeepPsns];
 }
 
-bool read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept {
-  RequesterState& r = qp.req;
-  if (!nic.config().cc.selective_repeat) return false;
+bool read_keepable(const Nic& nic, const RequesterState& r, uint32_t psn) noexcept {
   const int32_t ahead = psn_diff(psn, r.una_psn);
-  if (ahead < 0 || uint32_t(ahead) >= kKeepPsns) return false;
+  return nic.config().cc.selective_repeat && ahead >= 0 && uint32_t(ahead) < kKeepPsns;
+}
+
+void read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept {
+  RequesterState& r = qp.req;
   if (r.kept_count == 0 || psn_before(r.kept_implied, w.first_psn)) r.kept_implied = w.first_psn;
   if (r.kept_count == 0 || psn_before(r.kept_hi, psn)) r.kept_hi = psn;
   r.read_kept[psn % kKeepPsns] = true;
   ++r.kept_count;
   ++nic.counters().req_read_kept;
-  return true;
 }
 
 bool read_absorb(RequesterState& r, SendWqe& w) noexcept {

@@ -392,7 +392,9 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   bool more = false;
   while (true) {
     const verbs::QpState st = qp.state();
-    if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || r.rnr == RnrGate::waiting) break;
+    if (st != verbs::QpState::rts && st != verbs::QpState::sqd) break;
+    // Waiting out an RNR NAK; a READ hole before its PSN may still be asked for.
+    if (r.rnr == RnrGate::waiting && r.hole_pkts == 0) break;
     // Missing READ responses (read_keep.cpp) and lost packets (selective.cpp),
     // before anything new.
     if (r.hole_pkts > 0 || r.resend_left > 0) {

@@ -76,9 +76,10 @@ void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept;
 // READ responses out of order (read_keep.cpp).  Whether response `psn` is
 // kept already.
 bool read_kept(const RequesterState& r, uint32_t psn) noexcept;
-// Remembers response `psn` of the READ `w`, placed ahead of one missing.
-// False if it cannot be (selective repeat off, or too far ahead of una).
-bool read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept;
+// Whether response `psn` can be kept (selective repeat on, not too far
+// ahead of una), and remembering it once placed, ahead of one missing.
+bool read_keepable(const Nic& nic, const RequesterState& r, uint32_t psn) noexcept;
+void read_keep(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t psn) noexcept;
 // Moves `w.read_done` over the responses kept after it; true if it moved.
 bool read_absorb(RequesterState& r, SendWqe& w) noexcept;
 // Asks for the responses of `w` missing from `missing` up to the first one

@@ -74,6 +74,9 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
     ++r.rd_atomic;
     if (is_read(x.opcode) && psn_diff(x.first_psn, w.first_psn) > 0) x.read_req = x.read_done;
   }
+  // A READ hole before the rewind point stays watched (nothing may be sent
+  // that would watch it again).
+  if (r.read_watch) sr_watch(nic, qp, r.una_psn);
   nic.schedule(qp);
 }
 

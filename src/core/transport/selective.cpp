@@ -46,6 +46,8 @@ std::chrono::nanoseconds resend_wait(const Nic& nic, const QpEngine& qp) noexcep
 // time.
 void watch(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   RequesterState& r = qp.req;
+  // A READ hole before it is what blocks una: it stays watched.
+  if (r.read_watch && psn_before(r.una_psn, psn)) psn = r.una_psn;
   r.sr_check = true;
   r.sr_check_psn = psn;
   r.sr_backoff = 1;
@@ -216,6 +218,17 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept {
       go_back(nic, qp, r.sr_check_psn);
     ++nic.counters().req_sr_rd_atomic_resends;
     r.sr_check = true;  // go_back stopped the watch: keep it, backing off
+    r.sr_backoff = backoff;
+    r.sr_check_at = nic.now() + resend_wait(nic, qp);
+    nic.arm_timer(qp, r.sr_check_at);
+    return;
+  }
+  if (r.peer_sr == PeerSr::drops) {
+    // Watched for a READ hole, a go-back-N peer: what its timeout would
+    // do, early.
+    const uint32_t backoff = r.sr_backoff;
+    go_back(nic, qp, r.sr_check_psn);
+    r.sr_check = true;
     r.sr_backoff = backoff;
     r.sr_check_at = nic.now() + resend_wait(nic, qp);
     nic.arm_timer(qp, r.sr_check_at);
