@@ -209,16 +209,26 @@ TEST(RcReadKeep, ASendBetweenReadsIsAcknowledgedByTheLaterReadsResponses) {
 }
 
 // READ, then a SEND the peer has no receive for, rnr_retry 0: the READ's
-// second response is lost, and the RNR NAK for the SEND arrives while it
-// is asked for.  Failing the SEND then would complete the READ with a hole
-// in its data; the NAK waits, the READ completes byte-exact, and the SEND
-// fails when its resend draws the RNR NAK again.
+// second response is lost, and the first request for it, so the RNR NAK
+// for the SEND surely arrives while it is missing.  Failing the SEND then
+// would complete the READ with a hole in its data; the NAK waits, the READ
+// completes byte-exact (the watch asks again), and the SEND fails when its
+// resend draws the RNR NAK again.
 TEST(RcReadKeep, AnRnrNakBehindAMissingResponseWaitsForIt) {
   PairOptions o = patient(std::chrono::milliseconds(50));
   o.rnr_retry = 0;
   Fake f(o);
   Pair& p = *f.p;
-  lose_responses(f, {1});
+  const uint32_t base = p.opt.psn_a;
+  const Endpoint a = f.a_ep, b = f.b_ep;
+  auto lost = std::make_shared<int>(0);
+  f.drop_if([=](const WirePkt& w) {
+    const uint32_t psn = w.psn() - base;
+    auto once = [&](int bit) { return !(*lost & bit) && (*lost |= bit, true); };
+    if (w.src == b && (w.flags & op::kRead) && psn == 1) return once(1);
+    if (w.src == a && w.opcode() == uint8_t(wire::Opcode::rc_read_request) && psn == 1) return once(2);
+    return false;
+  });
   fill_pattern(p.b.buf.data(), 4 * 1024, 14);
   post_read(p, 1, 0, 4 * 1024);
   Sge sge = p.a.sge(8 << 10, 64);
@@ -230,6 +240,7 @@ TEST(RcReadKeep, AnRnrNakBehindAMissingResponseWaitsForIt) {
   EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 4 * 1024), -1);
   EXPECT_EQ(wc[1].wr_id, 2u);
   EXPECT_EQ(wc[1].status, WcStatus::rnr_retry_exc_err) << to_string(wc[1].status);
+  EXPECT_EQ(*lost, 3);
   EXPECT_GE(p.a.counters().req_rnr_naks_rcvd, 2u);
 }
 
@@ -239,7 +250,7 @@ TEST(RcReadKeep, AnRnrNakBehindAMissingResponseWaitsForIt) {
 // left the hole to the QP's 268 ms timeout), and everything completes
 // without a timeout.
 TEST(RcReadKeep, ASequenceNakBehindAHoleLeavesTheHoleWatched) {
-  Fake f(patient(std::chrono::milliseconds(20)));
+  Fake f(patient(std::chrono::milliseconds(50)));
   Pair& p = *f.p;
   const uint32_t base = p.opt.psn_a;
   const Endpoint a = f.a_ep, b = f.b_ep;
@@ -298,7 +309,7 @@ TEST(RcReadKeep, RandomLossOnReadsResendsWhatWasLost) {
   const uint64_t resent = cb.resp_read_packets - 16 * 64;
   EXPECT_GE(cb.fault_tx_dropped, 1u);
   EXPECT_GE(resent, cb.fault_tx_dropped);
-  EXPECT_LE(resent, cb.fault_tx_dropped + 8);
+  EXPECT_LE(resent, cb.fault_tx_dropped + 16);
   EXPECT_GE(ca.req_read_holes, 1u);
   EXPECT_EQ(ca.req_timeouts, 0u);
 }
