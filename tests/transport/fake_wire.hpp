@@ -10,6 +10,7 @@
 
 #include "loopback.hpp"
 #include "net/fake_io.hpp"
+#include "net/fault_io.hpp"
 #include "wire/packet.hpp"
 
 namespace uroce::test {
@@ -109,6 +110,17 @@ struct Fake {
     drop_if([=](const WirePkt& w) { return w.src == from && (w.flags & flags) == flags && ++*seen == n; });
   }
 };
+
+// PairOptions::wrap for FaultIo dropping `rate` of each NIC's packets, with
+// a seed from the NIC's address (plus `seed`): the same drops every run.
+inline auto random_drops(double rate, uint64_t seed = 0) {
+  return [rate, seed](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
+    FaultConfig fc;
+    fc.seed = uint64_t(io->local().addr.bytes()[15]) + seed;
+    fc.tx.drop = rate;
+    return std::move(net::FaultIo::wrap(std::move(io), fc).value());
+  };
+}
 
 inline SendWr make_wr(uint64_t id, WrOpcode opc, const Sge* sge, uint64_t raddr = 0, uint32_t rkey = 0) {
   SendWr wr;

@@ -3,7 +3,6 @@
 // a lost one, asks again for the lost ones alone, and completes its READs
 // (and the SENDs between them) in order, byte-exact, without a timeout.
 #include "fake_wire.hpp"
-#include "net/fault_io.hpp"
 
 namespace uroce::test {
 namespace {
@@ -293,12 +292,7 @@ TEST(RcReadKeep, RandomLossOnReadsResendsWhatWasLost) {
   o.timeout = 17;
   o.mtu = Mtu::m4096;
   o.buf_size = 4 << 20;
-  o.wrap = [](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
-    FaultConfig fc;
-    fc.seed = uint64_t(io->local().addr.bytes()[15]) + 7;
-    fc.tx.drop = 0.01;
-    return std::move(net::FaultIo::wrap(std::move(io), fc).value());
-  };
+  o.wrap = random_drops(0.01, 7);
   Fake f(o);
   Pair& p = *f.p;
   fill_pattern(p.b.buf.data(), 4 << 20, 11);

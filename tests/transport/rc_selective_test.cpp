@@ -469,12 +469,7 @@ TEST(RcSelectiveRepeat, RandomLossIsRecoveredPacketByPacket) {
   o.timeout = 17;
   o.mtu = Mtu::m4096;
   o.buf_size = 4 << 20;
-  o.wrap = [](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
-    FaultConfig fc;
-    fc.seed = uint64_t(io->local().addr.bytes()[15]);
-    fc.tx.drop = 0.01;
-    return std::move(net::FaultIo::wrap(std::move(io), fc).value());
-  };
+  o.wrap = random_drops(0.01);
   Fake f(o);
   Pair& p = *f.p;
   fill_pattern(p.a.buf.data(), 4 << 20, 9);

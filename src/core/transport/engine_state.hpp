@@ -103,12 +103,11 @@ struct RequesterState {
   // READ responses that came after a missing one (read_keep.cpp): placed
   // and remembered, by PSN modulo kKeepPsns, for PSNs in
   // [una_psn, una_psn + kKeepPsns); the missing ones alone are asked for
-  // again (hole_psn, hole_pkts: a request still to send).
+  // again (from asked_psn, hole_pkts of them: a request still to send).
   std::bitset<kKeepPsns> read_kept;
   uint32_t kept_count = 0;
   uint32_t kept_implied = 0;  // first PSN of the latest READ with a response kept
   uint32_t kept_hi = 0;       // the highest PSN kept
-  uint32_t hole_psn = 0;
   uint32_t hole_pkts = 0;
   bool hole_asked = false;  // [asked_psn, asked_end) was asked for: again only by the watch
   uint32_t asked_psn = 0;

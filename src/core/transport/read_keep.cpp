@@ -6,9 +6,9 @@
 // request for just their PSNs (IBA 9.7.5.1.x lets a requester ask again for
 // part of a READ, and rdma_rxe and uroce answer it once the responses
 // they are sending are out), and when they arrive the ones kept after them
-// count as arrived too.  A
-// response of a later READ says the responder executed everything before
-// that READ: SENDs and WRITEs between are acknowledged by it.  Nothing on
+// count as arrived too.  A response of a later READ says the responder
+// executed everything before that READ: SENDs and WRITEs between are
+// acknowledged by it.  Nothing on
 // the wire changes, so this works with any responder.
 #include <algorithm>
 
@@ -66,7 +66,6 @@ HoleAsk read_request_hole(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t mis
   const uint32_t end = std::min({w.npkts, (i / seg + 1) * seg, w.read_req});
   uint32_t n = 1;
   while (i + n < end && !read_kept(r, psn_add(missing, n))) ++n;
-  r.hole_psn = missing;
   r.hole_pkts = n;
   r.hole_asked = true;
   r.asked_psn = missing;

@@ -285,16 +285,16 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   return w.read_req < w.npkts;
 }
 
-// Asks for the READ responses missing at hole_psn (read_keep.cpp), if they
+// Asks for the READ responses missing at asked_psn (read_keep.cpp), if they
 // still are.
 void emit_read_hole(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   const uint32_t n = r.hole_pkts;
   r.hole_pkts = 0;
   uint32_t idx;
-  if (psn_before(r.hole_psn, r.una_psn) || !find_wqe(qp, r.hole_psn, idx)) return;
+  if (psn_before(r.asked_psn, r.una_psn) || !find_wqe(qp, r.asked_psn, idx)) return;
   SendWqe& w = qp.sq.at(idx);
-  const uint32_t i = uint32_t(psn_diff(r.hole_psn, w.first_psn));
+  const uint32_t i = uint32_t(psn_diff(r.asked_psn, w.first_psn));
   if (!is_read(w.opcode) || w.done || i < w.read_done || i >= w.read_req) return;
   send_read_request(nic, qp, w, i, std::min(n, w.read_req - i));
 }

@@ -51,8 +51,10 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   r.probing = r.sr_check = r.timing = false;
   r.resend_left = r.run_len = 0;
   // A READ hole before the rewind point is not asked for again by it.
-  if (!psn_before(r.hole_psn, psn)) r.hole_pkts = 0;
-  if (!psn_before(r.asked_psn, psn)) r.hole_asked = false;
+  if (!psn_before(r.asked_psn, psn)) {
+    r.hole_pkts = 0;
+    r.hole_asked = false;
+  }
   r.send_idx = idx;
   r.send_pkt = uint32_t(psn_diff(psn, w.first_psn));
   r.send_psn = psn;
