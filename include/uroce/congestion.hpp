@@ -76,7 +76,7 @@ struct SwiftParams {
   // while TCP kept a window twice as large through five times as many
   // recovery episodes; paced, the new growth and cut gained about half as
   // much as unpaced.
-  double compete_ai = 4.0;
+  double compete_ai = 8.0;
   double compete_beta = 0.7;
 };
 
@@ -88,6 +88,12 @@ struct CongestionConfig {
   // and a requester whose peer does so resends only what was lost
   // (UROCE_SR=0: go-back-N on both sides, as rdma_rxe).
   bool selective_repeat = true;
+  // With selective repeat, between uroce peers: once a peer is seen to keep
+  // packets, it is asked for SACKs (UROCE_SACK_HELLO), which name what it
+  // holds, so that every hole goes again at once and the window counts only
+  // packets in flight; a responder answers a hello only with this on
+  // (UROCE_SACK=0: holes one NAK at a time, the window from una).
+  bool sack = true;
   // A packet resent alone (or una, to a peer that keeps) that stays
   // unacknowledged for about two round trips, and at least this long, goes
   // again.  Scheduling delays of a loaded host exceed a LAN's round trip:

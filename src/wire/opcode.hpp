@@ -78,9 +78,14 @@ enum class Opcode : uint8_t {
   xrc_fetch_add = 0xb4,
   xrc_send_last_inv = 0xb6,
   xrc_send_only_inv = 0xb7,
+  // Manufacturer-specific (IBA 9.2.3: 0xc0-0xff), between uroce peers only
+  // (sack.hpp): a requester asks for SACKs, a responder sends them.
+  uroce_sack_hello = 0xc0,
+  uroce_sack = 0xc1,
 };
 
-enum class Service : uint8_t { rc, uc, rd, ud, cnp, xrc, none };
+// `uroce`: the manufacturer-specific opcodes above, addressed to an RC QP.
+enum class Service : uint8_t { rc, uc, rd, ud, cnp, xrc, uroce, none };
 
 // The connected services' opcodes are a service prefix (top 3 bits) | the
 // operation (low 5): UC's are RC's | 0x20, XRC's RC's | 0xa0.
@@ -234,6 +239,10 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() noexcept {
   t[0x64] = make_info("UD_SEND_ONLY", Service::ud, ud);
   t[0x65] = make_info("UD_SEND_ONLY_IMM", Service::ud, ud | op::kImm);
   t[0x81] = make_info("CNP", Service::cnp, op::kCnpPad);
+  // (Neither a request nor a response of the RC protocol: no kRequest or
+  // kResponse.)
+  t[0xc0] = make_info("UROCE_SACK_HELLO", Service::uroce, op::kOnly | op::kPayload);
+  t[0xc1] = make_info("UROCE_SACK", Service::uroce, op::kOnly | op::kPayload);
   return t;
 }
 

@@ -86,7 +86,9 @@ class Victim {
   // what the attacker believes the victim expects next, per QP
   uint32_t epsn = kRqPsn, epsn_none = kRqPsn;
 
-  Victim() {
+  // `cc`: the victim's congestion control and loss recovery (unset: as
+  // UROCE_CC and UROCE_SR say).
+  explicit Victim(std::optional<transport::CongestionConfig> cc = std::nullopt) {
     net->set_queue_limit(1 << 20);
     attacker = std::move(net->attach({kPeerIp, 4791}).value());
     foreigner = std::move(net->attach({kForeignIp, 4791}).value());
@@ -95,6 +97,7 @@ class Victim {
     cfg.gids = {kVictimIp};
     cfg.udp_port = 4791;
     cfg.faults = FaultConfig{};  // no injected faults, whatever UROCE_FAULTS says
+    cfg.congestion = cc;
     auto n = net;
     cfg.io_factory = [n]() -> Result<std::unique_ptr<net::PacketIo>> {
       auto io = n->attach({kVictimIp, 4791});

@@ -24,6 +24,14 @@ PairOptions patient(std::chrono::milliseconds wait = std::chrono::hours(1), Pair
   return o;
 }
 
+// The same, without SACKs (UROCE_SACK=0): holes are found one sequence
+// NAK at a time, as before a peer has answered a hello.
+PairOptions nak_only() {
+  PairOptions o = patient();
+  o.congestion->sack = false;
+  return o;
+}
+
 // The PSNs of A's request packets, in the order they were sent.
 std::vector<uint32_t> sent_psns(Fake& f) {
   std::vector<uint32_t> v;
@@ -154,7 +162,7 @@ TEST(RcSelectiveRepeat, SeveralHolesAreFilledOneAfterAnother) {
 // resent packet by packet, each as its NAK names it (resending more than
 // was named would be a guess, and behind a full queue a bad one).
 TEST(RcSelectiveRepeat, WithoutTrainsABurstIsResentPacketByPacket) {
-  Fake f(patient());
+  Fake f(nak_only());
   f.net->set_recording(true);
   lose(f, {2, 3, 4, 5, 6, 7, 12, 13, 14, 15, 16, 17});
   send_10k(*f.p, 1);
@@ -176,8 +184,9 @@ TEST(RcSelectiveRepeat, WithoutTrainsABurstIsResentPacketByPacket) {
 struct TrainFake {
   std::unique_ptr<Fake> f;
   TrainFake() {
-    // Loss-based window (never paced): trains as the batches form them.
-    PairOptions o = patient();
+    // Loss-based window (never paced): trains as the batches form them;
+    // the NAKs' rules (with SACKs every hole goes again as it is seen).
+    PairOptions o = nak_only();
     o.congestion->mode = transport::CcMode::none;
     o.fake = net::FakeNetwork::create();
     o.fake->set_gso_max(8);

@@ -80,12 +80,15 @@ constexpr Expect kExpected[] = {
     {0xb4, "XRC_FETCH_ADD", 44},
     {0xb6, "XRC_SEND_LAST_INV", 20},
     {0xb7, "XRC_SEND_ONLY_INV", 20},
+    // Manufacturer-specific, between uroce peers (wire/sack.hpp): BTH, then payload.
+    {0xc0, "UROCE_SACK_HELLO", 12},
+    {0xc1, "UROCE_SACK", 12},
 };
 
 TEST(wire_opcode, ExactlyTheExpectedOpcodesAreValid) {
   std::set<uint8_t> expected;
   for (const Expect& e : kExpected) expected.insert(e.opcode);
-  ASSERT_EQ(expected.size(), 61u);  // 23 RC + 12 UC + 2 UD + CNP + 23 XRC
+  ASSERT_EQ(expected.size(), 63u);  // 23 RC + 12 UC + 2 UD + CNP + 23 XRC + 2 uroce
   for (unsigned op = 0; op < 256; ++op) {
     const OpcodeInfo& i = info(uint8_t(op));
     EXPECT_EQ(i.valid(), expected.count(uint8_t(op)) == 1) << "opcode " << op;
@@ -105,7 +108,8 @@ TEST(wire_opcode, NamesServicesAndHeaderLengths) {
     EXPECT_STREQ(i.name, e.name);
     EXPECT_EQ(i.header_len, e.header_len);
     EXPECT_LE(i.header_len, kMaxHeaderLen);
-    const Service s = e.opcode == 0x81   ? Service::cnp
+    const Service s = e.opcode >= 0xc0   ? Service::uroce
+                      : e.opcode == 0x81 ? Service::cnp
                       : e.opcode >= 0xa0 ? Service::xrc
                       : e.opcode >= 0x60 ? Service::ud
                       : e.opcode >= 0x20 ? Service::uc
@@ -187,6 +191,10 @@ TEST(wire_opcode, FlagsFollowTheOperation) {
     const bool resp = name_has(i, "RESPONSE"), read_req = name_has(i, "READ_REQUEST");
     const bool atomic = name_has(i, "COMPARE") || name_has(i, "FETCH");
     const bool ack = name_has(i, "_ACK") && !name_has(i, "ATOMIC"), atomic_ack = name_has(i, "ATOMIC_ACK");
+    if (i.service == Service::uroce) {  // a payload only: neither an RC request nor a response
+      EXPECT_EQ(i.flags, op::kValid | op::kPayload | op::kOnly);
+      continue;
+    }
     EXPECT_EQ(i.has(op::kSend), send);
     EXPECT_EQ(i.has(op::kWrite), write);
     EXPECT_EQ(i.has(op::kRead), resp || read_req);

@@ -21,6 +21,7 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
   RequesterState& r = qp.req;
   if (!psn_before(r.una_psn, una)) return;
   window_on_ack(nic, qp, uint32_t(psn_diff(una, r.una_psn)));
+  sack_on_advance(r, una);
   r.una_psn = una;
   if (r.hole_asked && !psn_before(una, r.asked_end)) r.hole_asked = false;  // answered
   rtt_on_ack(nic, qp);

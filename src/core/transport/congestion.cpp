@@ -45,6 +45,14 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
     }
     cfg.selective_repeat = s == "1";
   }
+  if (const char* v = std::getenv("UROCE_SACK"); v && *v) {
+    const std::string_view s(v);
+    if (s != "0" && s != "1") {
+      bad = "UROCE_SACK";
+      return false;
+    }
+    cfg.sack = s == "1";
+  }
   if (const char* v = std::getenv("UROCE_RETRY_FLOOR_MS"); v && *v) {
     const std::string_view s(v);
     uint32_t ms = 0;

@@ -34,7 +34,8 @@ namespace uroce::transport {
   X(resp_ooo_kept) X(resp_ooo_duplicates) X(resp_ooo_executed) X(req_selective_resends) X(req_sr_peers) \
   X(req_sr_probes_failed) X(srtt_us) X(cc_window) X(cc_delay_cuts) X(req_sr_stale_naks) \
   X(req_sr_trains_split) X(req_sr_rd_atomic_resends) X(req_rtt_samples) X(req_rtt_from_resends) \
-  X(req_read_kept) X(req_read_holes)
+  X(req_read_kept) X(req_read_holes) X(resp_sack_peers) X(resp_sacks_sent) X(req_sack_hellos) X(req_sacks_rcvd) \
+  X(req_sacks_ignored) X(req_sack_resends)
 // clang-format on
 
 struct Counters {

@@ -116,6 +116,20 @@ struct RequesterState {
   // sent is acknowledged, for a later READ request may have been lost too
   // and no response will say so.
   bool read_watch = false;
+  // SACKs from a uroce responder (sack.cpp): asked for with a hello once
+  // the peer is seen to keep packets; which PSNs in [una_psn, una_psn +
+  // kTrainPsns) the peer holds, by PSN modulo kTrainPsns, and which were
+  // resent since a SACK or NAK showed them missing.
+  bool sack_hello_due = false;
+  bool sack_asked = false;     // a hello went out
+  bool sack_on = false;        // a SACK came: the peer sends them
+  bool sack_scan_due = false;  // a SACK came since the last look for holes
+  uint32_t sacked_count = 0;
+  uint32_t sack_hi = 0;              // one past the highest PSN held, while sacked_count
+  uint32_t sack_scan = 0;            // holes before it were resent already
+  Clock::time_point sack_resent_at;  // the latest of those resends
+  std::bitset<kTrainPsns> sacked;
+  std::bitset<kTrainPsns> sack_resent;
   // Round-trip time from ACK timing (one packet timed at a time; none that
   // was resent).  A hole before it resent for a NAK makes the ACK that
   // covers it wait for the resend: the time is taken from that resend then
@@ -171,6 +185,10 @@ struct ResponderState {
   std::vector<RdAtomicResource> res;
   uint32_t res_head = 0;     // next slot to overwrite
   uint32_t res_pending = 0;  // resources with responses still to send
+  // The requester asked for SACKs (wire/sack.hpp): packets kept out of
+  // order are answered with one (sack_due) after the receive batch.
+  bool sack_peer = false;
+  bool sack_due = false;
 };
 
 }  // namespace uroce::transport

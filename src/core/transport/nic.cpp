@@ -477,7 +477,8 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
                           (info.service == wire::Service::uc && t == verbs::QpType::uc) ||
                           (info.service == wire::Service::ud && t == verbs::QpType::ud) ||
                           (info.service == wire::Service::xrc && t == verbs::QpType::xrc_recv && request) ||
-                          (info.service == wire::Service::xrc && t == verbs::QpType::xrc_send && !request);
+                          (info.service == wire::Service::xrc && t == verbs::QpType::xrc_send && !request) ||
+                          (info.service == wire::Service::uroce && t == verbs::QpType::rc);
   if (!service_ok) {
     ++counters_.rx_wrong_service;
     return;
@@ -497,6 +498,15 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     return;
   }
   if ((raw.tos & kEcnMask) == kEcnCe) congestion_marked(*this, *qp);
+  if (info.service == wire::Service::uroce) {  // SACKs between uroce peers (wire/sack.hpp)
+    if (pkt.hdr.bth.opcode == uint8_t(wire::Opcode::uroce_sack_hello))
+      responder_sack_hello(*this, *qp, pkt);
+    else if (st != verbs::QpState::rtr)
+      sack_receive(*this, *qp, pkt);
+    else
+      ++counters_.rx_bad_state;
+    return;
+  }
   if (info.flags & wire::op::kResponse) {
     if (qp->reliable() && st != verbs::QpState::rtr)
       completer_receive(*this, *qp, pkt);

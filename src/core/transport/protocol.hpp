@@ -26,6 +26,9 @@ bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept;
 void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept;
 
 void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
+// A UROCE_SACK from the peer (sack.cpp): marks what it holds and has holes
+// looked for.
+void sack_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 void responder_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 void ud_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
 

@@ -51,6 +51,16 @@ bool ReorderBuffer::take(uint32_t psn, wire::Packet& out, std::vector<uint8_t>& 
   return true;
 }
 
+wire::SackBitmap ReorderBuffer::held_after(uint32_t epsn) const noexcept {
+  wire::SackBitmap b{};
+  if (held_ == 0) return b;
+  for (const Slot& s : slots_) {
+    const int32_t d = psn_diff(s.pkt.hdr.bth.psn, epsn);
+    if (s.used && d >= 1 && uint32_t(d) <= wire::kSackBits) wire::set_sack_bit(b, uint32_t(d - 1));
+  }
+  return b;
+}
+
 void ReorderBuffer::clear() noexcept {
   slots_.clear();
   held_ = 0;

@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "wire/packet.hpp"
+#include "wire/sack.hpp"
 
 namespace uroce::transport {
 
 class ReorderBuffer {
  public:
-  static constexpr uint32_t kSlots = 256;        // the longest send window (requester.hpp)
+  static constexpr uint32_t kSlots = 256;  // the longest send window (requester.hpp)
+  static_assert(kSlots <= wire::kSackBits, "a SACK names every PSN held");
   static constexpr size_t kMaxBytes = 2u << 20;  // payload bytes held at most
   enum class Keep : uint8_t { kept, duplicate, no_room };
 
@@ -32,6 +34,8 @@ class ReorderBuffer {
   // released.  A stale packet in its slot (kept for a PSN before it) is
   // released too.
   bool take(uint32_t psn, wire::Packet& out, std::vector<uint8_t>& payload) noexcept;
+  // Which PSNs after `epsn` are held: bit i for epsn + 1 + i.
+  wire::SackBitmap held_after(uint32_t epsn) const noexcept;
   // The highest PSN held (valid while !empty()).
   uint32_t highest() const noexcept { return highest_; }
   bool empty() const noexcept { return held_ == 0; }

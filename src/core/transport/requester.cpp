@@ -378,6 +378,7 @@ bool resend_one(Nic& nic, QpEngine& qp) noexcept {
   r.send_idx = send_idx;
   r.send_pkt = send_pkt;
   r.send_psn = send_psn;
+  sack_note_resent(nic, r, psn);
   ++nic.counters().req_selective_resends;
   return true;
 }
@@ -397,6 +398,8 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     if (r.rnr == RnrGate::waiting && r.hole_pkts == 0) break;
     // Missing READ responses (read_keep.cpp) and lost packets (selective.cpp),
     // before anything new.
+    if (rc && r.sack_hello_due) sack_emit_hello(nic, qp);
+    if (r.resend_left == 0 && r.hole_pkts == 0 && rc) sack_next_hole(nic, qp);
     if (r.hole_pkts > 0 || r.resend_left > 0) {
       if (budget == 0) {
         more = true;
@@ -429,7 +432,10 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
       if (st == verbs::QpState::sqd) break;  // draining: no new messages
       if (!start_wqe(nic, qp, w, idx)) break;
     }
-    if (rc && psn_diff(r.send_psn, r.una_psn) >= int32_t(window_pkts(qp))) break;
+    // The window: packets neither acknowledged nor held by the peer (SACKs),
+    // and never more PSNs after una than the peer can keep.
+    if (rc && (in_flight(r) >= window_pkts(qp) || psn_diff(r.send_psn, r.una_psn) >= int32_t(max_window_pkts(qp))))
+      break;
     if (is_read(w.opcode) && !read_segment_due(qp, w)) break;       // wait for responses
     if (type != verbs::QpType::ud && !pace_allows(nic, qp)) break;  // the rate the network allows (DCQCN)
     ensure_room(nic);

@@ -73,6 +73,24 @@ void sr_on_timer(Nic& nic, QpEngine& qp) noexcept;
 // Takes an RTT sample when una passed the timed packet.
 void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept;
 
+// SACKs between uroce peers (sack.cpp, wire/sack.hpp; sack_receive in
+// protocol.hpp).
+// una moves to `una`: what lay before it is forgotten.
+void sack_on_advance(RequesterState& r, uint32_t una) noexcept;
+// Going back N: everything is sent again, what the peer holds included.
+void sack_reset(RequesterState& r) noexcept;
+// A hole below the highest PSN the peer holds, not resent yet: queued as
+// the next run to resend (resend_psn, resend_left); false if none.
+bool sack_next_hole(Nic& nic, QpEngine& qp) noexcept;
+// Packets in flight: sent and neither acknowledged nor held by the peer.
+uint32_t in_flight(const RequesterState& r) noexcept;
+// `psn` was resent; whether a NAK for it was drawn before that resend
+// arrived.
+void sack_note_resent(Nic& nic, RequesterState& r, uint32_t psn) noexcept;
+bool sack_resent_lately(const Nic& nic, const RequesterState& r, uint32_t psn) noexcept;
+// A UROCE_SACK_HELLO, if one is due.
+void sack_emit_hello(Nic& nic, QpEngine& qp) noexcept;
+
 // READ responses out of order (read_keep.cpp).  Whether response `psn` is
 // kept already.
 bool read_kept(const RequesterState& r, uint32_t psn) noexcept;

@@ -34,6 +34,11 @@ void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept;
 // has arrived.
 void responder_keep(Nic& nic, QpEngine& qp, const wire::Packet& pkt, uint32_t ahead) noexcept;
 void responder_drain(Nic& nic, QpEngine& qp) noexcept;
+// A UROCE_SACK_HELLO: the requester understands SACKs (wire/sack.hpp);
+// from now on packets kept out of order draw one after each receive batch,
+// sent by responder_emit_sack.
+void responder_sack_hello(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
+void responder_emit_sack(Nic& nic, QpEngine& qp) noexcept;
 // The remote access check (rkey, PD, QP and MR access rights, bounds):
 // the address of `len` bytes at `va`, or nullptr, counted by cause.
 uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint64_t va, uint32_t len,

@@ -2,13 +2,17 @@
 // expected PSN are kept (reorder.hpp) and executed in order once the
 // missing one arrives; a gap that remains behind kept packets is NAKed at
 // once, so that the requester resends it without waiting for more traffic.
+#include <algorithm>
+
 #include "common/log.hpp"
+#include "transport/congestion.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
 #include "transport/reorder.hpp"
 #include "transport/responder.hpp"
+#include "wire/sack.hpp"
 
 namespace uroce::transport {
 
@@ -16,10 +20,43 @@ void responder_keep(Nic& nic, QpEngine& qp, const wire::Packet& pkt, uint32_t ah
   if (!nic.config().cc.selective_repeat) return;
   if (!qp.reorder) qp.reorder = std::make_unique<ReorderBuffer>();
   switch (qp.reorder->keep(pkt, ahead)) {
-    case ReorderBuffer::Keep::kept: ++nic.counters().resp_ooo_kept; break;
+    case ReorderBuffer::Keep::kept:
+      ++nic.counters().resp_ooo_kept;
+      if (qp.resp.sack_peer) {  // after this receive batch (responder_produce)
+        qp.resp.sack_due = true;
+        nic.schedule(qp);
+      }
+      break;
     case ReorderBuffer::Keep::duplicate: ++nic.counters().resp_ooo_duplicates; break;
     case ReorderBuffer::Keep::no_room: break;
   }
+}
+
+void responder_sack_hello(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  if (!wire::parse_sack_hello(pkt.payload)) {
+    ++nic.counters().rx_malformed;
+    return;
+  }
+  const CongestionConfig& cc = nic.config().cc;
+  if (!cc.selective_repeat || !cc.sack) return;  // not asked, it sends none
+  if (!qp.resp.sack_peer) ++nic.counters().resp_sack_peers;
+  qp.resp.sack_peer = true;
+}
+
+void responder_emit_sack(Nic& nic, QpEngine& qp) noexcept {
+  ResponderState& s = qp.resp;
+  s.sack_due = false;
+  if (!qp.reorder || qp.reorder->empty()) return;  // the gap was filled meanwhile: the ACK says it
+  wire::Headers h;
+  h.bth.opcode = uint8_t(wire::Opcode::uroce_sack);
+  h.bth.dest_qp = qp.attr.dest_qp_num;
+  h.bth.psn = s.epsn;
+  const auto payload = wire::sack_payload(qp.reorder->held_after(s.epsn));
+  if (nic.tx().full()) nic.flush_tx();
+  uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
+  std::copy(payload.begin(), payload.end(), body);
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, payload.size()}, qp_tos(nic, qp));
+  ++nic.counters().resp_sacks_sent;
 }
 
 namespace {

@@ -112,7 +112,11 @@ bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     --budget;
     emit_ack(nic, qp);
   }
-  return s.res_pending > 0 || s.ack != AckOwed::none;
+  if (s.sack_due && budget > 0) {  // after the ACK or NAK, which it refines
+    --budget;
+    responder_emit_sack(nic, qp);
+  }
+  return s.res_pending > 0 || s.ack != AckOwed::none || s.sack_due;
 }
 
 void responder_repeat_final_ack(Nic& nic, QpEngine& qp, int copies) noexcept {

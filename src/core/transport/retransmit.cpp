@@ -50,6 +50,7 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   // progress is moot, and the packet being timed goes again too (Karn).
   r.probing = r.sr_check = r.timing = false;
   r.resend_left = r.run_len = 0;
+  sack_reset(r);
   // A READ hole before the rewind point is not asked for again by it.
   if (!psn_before(r.asked_psn, psn)) {
     r.hole_pkts = 0;

@@ -127,7 +127,7 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
       r.probe_psn = psn;
       r.probe_ext = 0;
     }
-  } else if (later_in_run(r, psn)) {
+  } else if (later_in_run(r, psn) || sack_resent_lately(nic, r, psn)) {
     // Its resend is on the way; if that is lost too, the watch sends it
     // again.
     ++nic.counters().req_sr_stale_naks;
@@ -136,6 +136,8 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
     note_nak(nic, r, psn);
     n = run_from(r, psn);
   }
+  if (r.peer_sr == PeerSr::keeps && !r.sack_on && nic.config().cc.sack)
+    r.sack_hello_due = true;  // (again: one may be lost)
   r.nak_resends = true;
   r.resend_psn = psn;
   r.resend_left = n;
@@ -165,7 +167,11 @@ void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept {
     // overtook its successor.)
     if (psn_before(psn_add(r.probe_psn, 2), r.una_psn)) {
       r.probing = false;
-      if (r.peer_sr != PeerSr::keeps) ++nic.counters().req_sr_peers;
+      if (r.peer_sr != PeerSr::keeps) {
+        ++nic.counters().req_sr_peers;
+        r.sack_hello_due = !r.sack_on && nic.config().cc.sack;
+        nic.schedule(qp);
+      }
       transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
     } else if (nak && r.probe_ext < kProbeSteps) {
       // A NAK for the next PSN: it was lost as well (a burst), or the peer
