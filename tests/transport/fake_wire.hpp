@@ -142,6 +142,17 @@ inline void expect_one(Cq& cq, uint64_t id, WcOpcode opc, uint32_t len, int ms =
   EXPECT_EQ(wc[0].byte_len, len);
 }
 
+// A 10 KiB SEND from A to B, checked: both completions, every byte.
+inline void send_10k(Pair& p, uint64_t id) {
+  fill_pattern(p.a.buf.data(), 10 * 1024, uint32_t(id));
+  ASSERT_TRUE(post_recv(*p.b.qp, id, {p.b.sge(0, 16384)}).ok());
+  Sge sge = p.a.sge(0, 10 * 1024);
+  ASSERT_TRUE(post_send(*p.a.qp, make_wr(id, WrOpcode::send, &sge)).ok());
+  expect_one(*p.a.scq, id, WcOpcode::send, 10 * 1024);
+  expect_one(*p.b.rcq, id, WcOpcode::recv, 10 * 1024);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 10 * 1024), -1);
+}
+
 // A 6 KiB SEND (six packets at MTU 1024) from A whose packets reach B in
 // reverse order; both completions checked, the bytes compared.
 inline void send_reversed(Fake& f) {

@@ -50,16 +50,6 @@ void post_write_10k(Pair& p, uint64_t id, uint32_t off) {
   ASSERT_TRUE(post_send(*p.a.qp, make_wr(id, WrOpcode::rdma_write, &sge, p.b.addr(off), p.b.mr->rkey())).ok());
 }
 
-void send_10k(Pair& p, uint64_t id) {
-  fill_pattern(p.a.buf.data(), 10 * 1024, uint32_t(id));
-  ASSERT_TRUE(post_recv(*p.b.qp, id, {p.b.sge(0, 16384)}).ok());
-  Sge sge = p.a.sge(0, 10 * 1024);
-  ASSERT_TRUE(post_send(*p.a.qp, make_wr(id, WrOpcode::send, &sge)).ok());
-  expect_one(*p.a.scq, id, WcOpcode::send, 10 * 1024);
-  expect_one(*p.b.rcq, id, WcOpcode::recv, 10 * 1024);
-  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 10 * 1024), -1);
-}
-
 TEST(RcSelectiveRepeat, OnlyTheLostPacketIsSentAgain) {
   Fake f(patient());
   f.net->set_recording(true);

@@ -37,22 +37,19 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
       return false;
     }
   }
-  if (const char* v = std::getenv("UROCE_SR"); v && *v) {
+  // A switch: unset keeps `on` as it is; "0" or "1" sets it.
+  auto flag = [&bad](const char* name, bool& on) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return true;
     const std::string_view s(v);
     if (s != "0" && s != "1") {
-      bad = "UROCE_SR";
+      bad = name;
       return false;
     }
-    cfg.selective_repeat = s == "1";
-  }
-  if (const char* v = std::getenv("UROCE_SACK"); v && *v) {
-    const std::string_view s(v);
-    if (s != "0" && s != "1") {
-      bad = "UROCE_SACK";
-      return false;
-    }
-    cfg.sack = s == "1";
-  }
+    on = s == "1";
+    return true;
+  };
+  if (!flag("UROCE_SR", cfg.selective_repeat) || !flag("UROCE_SACK", cfg.sack)) return false;
   if (const char* v = std::getenv("UROCE_RETRY_FLOOR_MS"); v && *v) {
     const std::string_view s(v);
     uint32_t ms = 0;

@@ -121,13 +121,15 @@ struct RequesterState {
   // kTrainPsns) the peer holds, by PSN modulo kTrainPsns, and which were
   // resent since a SACK or NAK showed them missing.
   bool sack_hello_due = false;
-  bool sack_asked = false;     // a hello went out
+  bool sack_asked = false;  // a hello went out (sack_hellos of them)
+  uint8_t sack_hellos = 0;
   bool sack_on = false;        // a SACK came: the peer sends them
   bool sack_scan_due = false;  // a SACK came since the last look for holes
   uint32_t sacked_count = 0;
   uint32_t sack_hi = 0;              // one past the highest PSN held, while sacked_count
   uint32_t sack_scan = 0;            // holes before it were resent already
-  Clock::time_point sack_resent_at;  // the latest of those resends
+  Clock::time_point sack_resent_at;  // the latest of those resends...
+  uint32_t resend_hwm = 0;           // ...and sent_hwm then
   std::bitset<kTrainPsns> sacked;
   std::bitset<kTrainPsns> sack_resent;
   // Round-trip time from ACK timing (one packet timed at a time; none that

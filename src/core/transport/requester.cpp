@@ -359,6 +359,7 @@ bool resend_one(Nic& nic, QpEngine& qp) noexcept {
   --r.resend_left;
   r.resend_psn = psn_add(psn, 1);
   if (psn_before(psn, r.una_psn)) return true;  // acknowledged meanwhile
+  if (sack_held(r, psn)) return true;           // the peer holds it (a SACK said)
   uint32_t idx;
   if (!psn_before(psn, r.sent_hwm) || !find_wqe(qp, psn, idx) || qp.sq.at(idx).done ||
       is_rd_atomic(qp.sq.at(idx).opcode)) {

@@ -31,6 +31,9 @@ inline bool is_rd_atomic(verbs::WrOpcode op) noexcept { return is_read(op) || is
 // also the price of one loss.
 inline constexpr uint32_t kMinWindowPkts = 16;
 inline constexpr uint32_t kMaxWindowPkts = 256;
+// Hellos a QP sends at most (one per sequence NAK) before it takes its peer
+// for one that sends no SACKs.
+inline constexpr uint8_t kSackHellos = 8;
 inline constexpr uint32_t kWindowGrowPkts = 8;
 inline uint32_t max_window_pkts(const QpEngine& qp) noexcept {
   const uint32_t w = (1024u * 1024) / qp.mtu;
@@ -82,12 +85,17 @@ void sack_reset(RequesterState& r) noexcept;
 // A hole below the highest PSN the peer holds, not resent yet: queued as
 // the next run to resend (resend_psn, resend_left); false if none.
 bool sack_next_hole(Nic& nic, QpEngine& qp) noexcept;
+// Whether a SACK said the peer holds `psn` (at or after una).
+bool sack_held(const RequesterState& r, uint32_t psn) noexcept;
 // Packets in flight: sent and neither acknowledged nor held by the peer.
 uint32_t in_flight(const RequesterState& r) noexcept;
 // `psn` was resent; whether a NAK for it was drawn before that resend
 // arrived.
 void sack_note_resent(Nic& nic, RequesterState& r, uint32_t psn) noexcept;
 bool sack_resent_lately(const Nic& nic, const RequesterState& r, uint32_t psn) noexcept;
+// The peer keeps packets: a hello is due, unless SACKs come already, the
+// QP is not RC (an XRC target takes none) or kSackHellos went unanswered.
+void sack_want(const Nic& nic, QpEngine& qp) noexcept;
 // A UROCE_SACK_HELLO, if one is due.
 void sack_emit_hello(Nic& nic, QpEngine& qp) noexcept;
 

@@ -55,9 +55,32 @@ void sack_on_advance(RequesterState& r, uint32_t una) noexcept {
   }
 }
 
+bool sack_held(const RequesterState& r, uint32_t psn) noexcept {
+  return r.sacked_count > 0 && uint32_t(psn_diff(psn, r.una_psn)) < kTrainPsns && r.sacked[psn % kTrainPsns];
+}
+
+// The bits of [una, sack_hi): the PSNs a hole can be in.
+std::bitset<kTrainPsns> below_held(const RequesterState& r) noexcept {
+  std::bitset<kTrainPsns> range;
+  const int32_t n = psn_diff(r.sack_hi, r.una_psn);
+  if (r.sacked_count == 0 || n <= 0) return range;
+  range.set();
+  if (uint32_t(n) < kTrainPsns) range >>= kTrainPsns - uint32_t(n);  // the low n bits
+  const uint32_t start = r.una_psn % kTrainPsns;
+  if (start != 0) range = (range << start) | (range >> (kTrainPsns - start));
+  return range;
+}
+
+// Holes below the highest PSN held, not resent: lost, no longer in flight.
+uint32_t lost_unresent(const RequesterState& r) noexcept {
+  if (r.sacked_count == 0) return 0;
+  return uint32_t((below_held(r) & ~r.sacked & ~r.sack_resent).count());
+}
+
 uint32_t in_flight(const RequesterState& r) noexcept {
-  const uint32_t span = uint32_t(psn_diff(r.send_psn, r.una_psn));
-  return span - std::min(span, r.sacked_count);
+  const int32_t d = psn_diff(r.send_psn, r.una_psn);
+  const uint32_t span = d > 0 ? uint32_t(d) : 0;
+  return span - std::min(span, r.sacked_count + lost_unresent(r));
 }
 
 void sack_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
@@ -83,6 +106,17 @@ void sack_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     if (!psn_before(p, r.sent_hwm) || uint32_t(psn_diff(p, r.una_psn)) >= kTrainPsns) break;
     mark(r, p);
   }
+  // A PSN held that was first sent after the latest resend: every resend
+  // had its turn on the path (it keeps order), so a hole still open was
+  // lost again and goes again (a NAK for it may have been taken for one
+  // drawn before its resend arrived).
+  if (r.sacked_count > 0 && psn_before(r.resend_hwm, r.sack_hi)) {
+    const std::bitset<kTrainPsns> lost_again = below_held(r) & ~r.sacked & r.sack_resent;
+    if (lost_again.any()) {
+      r.sack_resent &= ~lost_again;
+      r.sack_scan = r.una_psn;
+    }
+  }
   r.sack_scan_due = true;
   nic.schedule(qp);
 }
@@ -90,7 +124,13 @@ void sack_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
 bool sack_next_hole(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   if (!r.sack_scan_due || r.sacked_count == 0) return false;
-  uint32_t p = psn_before(r.sack_scan, r.una_psn) ? r.una_psn : r.sack_scan;
+  // A resend puts a lost packet back in flight: within the window.
+  const uint32_t flying = in_flight(r), window = window_pkts(qp);
+  if (flying >= window) return false;
+  // (From una when the cursor lies outside the PSNs a SACK can name: behind
+  // una, or never set since the QP's first PSN.)
+  const int32_t ahead = psn_diff(r.sack_scan, r.una_psn);
+  uint32_t p = ahead < 0 || uint32_t(ahead) > kTrainPsns ? r.una_psn : r.sack_scan;
   while (psn_before(p, r.sack_hi)) {
     const uint32_t i = p % kTrainPsns;
     if (r.sacked[i] || r.sack_resent[i]) {
@@ -108,7 +148,7 @@ bool sack_next_hole(Nic& nic, QpEngine& qp) noexcept {
     const uint32_t end = psn_add(w.first_psn, w.npkts);
     uint32_t n = 1;
     while (psn_add(p, n) != end && psn_before(psn_add(p, n), r.sack_hi) && !r.sacked[psn_add(p, n) % kTrainPsns] &&
-           !r.sack_resent[psn_add(p, n) % kTrainPsns])
+           !r.sack_resent[psn_add(p, n) % kTrainPsns] && n < window - flying)
       ++n;
     r.resend_psn = p;
     r.resend_left = n;
@@ -126,6 +166,7 @@ void sack_note_resent(Nic& nic, RequesterState& r, uint32_t psn) noexcept {
   if (!r.sack_on) return;
   r.sack_resent[psn % kTrainPsns] = true;
   r.sack_resent_at = nic.now();
+  r.resend_hwm = r.sent_hwm;
 }
 
 bool sack_resent_lately(const Nic& nic, const RequesterState& r, uint32_t psn) noexcept {
@@ -133,11 +174,20 @@ bool sack_resent_lately(const Nic& nic, const RequesterState& r, uint32_t psn) n
          nic.now() - r.sack_resent_at < std::chrono::nanoseconds(std::max<int64_t>(r.srtt_ns, 1));
 }
 
+void sack_want(const Nic& nic, QpEngine& qp) noexcept {
+  RequesterState& r = qp.req;
+  if (r.peer_sr != PeerSr::keeps || r.sack_on || !nic.config().cc.sack || qp.type() != verbs::QpType::rc ||
+      r.sack_hellos >= kSackHellos)
+    return;
+  r.sack_hello_due = true;
+}
+
 void sack_emit_hello(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   if (!r.sack_hello_due) return;
   r.sack_hello_due = false;
   r.sack_asked = true;
+  ++r.sack_hellos;
   wire::Headers h;
   h.bth.opcode = uint8_t(wire::Opcode::uroce_sack_hello);
   h.bth.dest_qp = qp.attr.dest_qp_num;

@@ -136,8 +136,7 @@ bool sr_on_seq_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
     note_nak(nic, r, psn);
     n = run_from(r, psn);
   }
-  if (r.peer_sr == PeerSr::keeps && !r.sack_on && nic.config().cc.sack)
-    r.sack_hello_due = true;  // (again: one may be lost)
+  sack_want(nic, qp);  // (again: one may be lost)
   r.nak_resends = true;
   r.resend_psn = psn;
   r.resend_left = n;
@@ -169,10 +168,10 @@ void sr_on_progress(Nic& nic, QpEngine& qp, bool nak) noexcept {
       r.probing = false;
       if (r.peer_sr != PeerSr::keeps) {
         ++nic.counters().req_sr_peers;
-        r.sack_hello_due = !r.sack_on && nic.config().cc.sack;
+        transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
+        sack_want(nic, qp);
         nic.schedule(qp);
       }
-      transition(qp.qpn(), r.peer_sr, PeerSr::keeps);
     } else if (nak && r.probe_ext < kProbeSteps) {
       // A NAK for the next PSN: it was lost as well (a burst), or the peer
       // dropped it after our resend.  Resend that one alone too and see.
