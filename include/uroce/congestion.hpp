@@ -75,10 +75,10 @@ struct SwiftParams {
   // tbf had a tenth of TCP's goodput halving at one packet per round trip,
   // while TCP kept a window twice as large through five times as many
   // recovery episodes; paced, the new growth and cut gained about half as
-  // much as unpaced.  With SACKs, 8 a round trip (4 before) took it from
-  // 0.25-0.53x to 0.60-1.41x of TCP, and 32 QPs still share the bottleneck
-  // fairly (Jain 0.99).
-  double compete_ai = 8.0;
+  // much as unpaced.  With SACKs: 4 a round trip gave 0.51-0.72x of TCP,
+  // 6 0.74-0.99x, 8 2.8-3.2x; 32 QPs share the bottleneck with Jain
+  // 0.97-0.98 at 4 and 6.
+  double compete_ai = 6.0;
   double compete_beta = 0.7;
 };
 

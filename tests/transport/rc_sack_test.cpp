@@ -14,12 +14,17 @@ namespace {
 
 namespace op = wire::op;
 
+// A loss-based window (a slow round trip under a sanitizer does not shrink
+// it), and no resend but for a NAK or a SACK for a second (the QP's
+// timeout).
 PairOptions patient(bool sack = true) {
   transport::CongestionConfig c;
+  c.mode = transport::CcMode::none;
   c.resend_wait_min = std::chrono::hours(1);
   c.sack = sack;
   PairOptions o;
   o.congestion = c;
+  o.timeout = 18;
   return o;
 }
 

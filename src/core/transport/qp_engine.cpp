@@ -129,7 +129,7 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
     case QpState::rts:
       if (cur == QpState::rtr) {
         req = RequesterState{};
-        req.next_psn = req.una_psn = req.send_psn = req.sent_hwm = attr.sq_psn;
+        req.next_psn = req.una_psn = req.send_psn = req.sent_hwm = req.sack_scan = attr.sq_psn;
         req.send_idx = sq.head();
       }
       req.retry_left = attr.retry_cnt;

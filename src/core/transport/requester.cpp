@@ -359,7 +359,9 @@ bool resend_one(Nic& nic, QpEngine& qp) noexcept {
   --r.resend_left;
   r.resend_psn = psn_add(psn, 1);
   if (psn_before(psn, r.una_psn)) return true;  // acknowledged meanwhile
-  if (sack_held(r, psn)) return true;           // the peer holds it (a SACK said)
+  // The peer holds it (a SACK said): not again -- but una, when the watch
+  // resends it: its ACK was lost, and a duplicate draws it again.
+  if (sack_held(r, psn) && (r.nak_resends || psn != r.una_psn)) return true;
   uint32_t idx;
   if (!psn_before(psn, r.sent_hwm) || !find_wqe(qp, psn, idx) || qp.sq.at(idx).done ||
       is_rd_atomic(qp.sq.at(idx).opcode)) {

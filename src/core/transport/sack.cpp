@@ -94,6 +94,7 @@ void sack_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     return;
   }
   ++nic.counters().req_sacks_rcvd;
+  if (r.sacked_count == 0) r.sack_scan = r.una_psn;  // a new recovery: holes from una on
   r.sack_on = true;
   r.sack_hello_due = false;                        // (one due for a NAK that came first)
   if (psn_before(r.send_psn, r.sent_hwm)) return;  // going back N: everything goes again
