@@ -174,6 +174,10 @@ class Nic {
   bool wait_on(int fd, int timeout_ms) noexcept;
 
   void start_progress_thread();
+  // An application thread took completions from a CQ (under the lock): if it
+  // spins on memory between polls, it is about to, and the progress thread
+  // watches the socket meanwhile (progress.cpp, kSpinnerMisses).
+  void completions_taken() noexcept;
 
   // ---- QP1, the general services interface (gsi.cpp) ----
   // The connection manager's MADs are UD SEND_ONLY packets to and from QP1
@@ -282,6 +286,9 @@ class Nic {
   std::atomic<int64_t> app_last_poll_ns_{0};    // Clock time of the last one
   std::atomic<int> app_waiting_{0};             // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
+  std::atomic<bool> spinner_{false};            // the application spins on memory between polls
+  std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
+  void arm_socket() noexcept;                   // arms it unless it is
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };
 

@@ -11,6 +11,7 @@
 
 #include "common/log.hpp"
 #include "common/quiet_thread.hpp"
+#include "common/thread_tuning.hpp"
 #include "transport/nic.hpp"
 #include "transport/xrc_share.hpp"
 
@@ -41,6 +42,26 @@ constexpr int64_t kMinTickNs = 50'000;
 constexpr int kBusyLooks = 8;
 // Packets the progress thread handles before it looks at timers again.
 constexpr int kThreadRxRounds = 64;
+// Such a program (see kPollerIdleNs) is a spinner: each poll of it that
+// takes completions (after which it goes back to spinning) hands the socket
+// to the thread (Nic::completions_taken), which wakes for the next packet and
+// serves it at once instead of at its next look.  Only then: a thread woken
+// for packets the application takes itself (the ACK it polls for) runs
+// twice per round trip, and one woken again within microseconds of its last
+// run has used more than its share of the CPU the application spins on, so
+// the scheduler lets it wait up to a whole tick (4 ms) instead of preempting.
+// A thread of an application that waits, not spins, never watches.  Spinner
+// mode ends after kSpinnerMisses wakes in a row that found the packets
+// already taken (the application polls often enough after all).
+constexpr int kSpinnerMisses = 16;
+// Timers of the progress thread fire this late at most (the kernel's
+// default, 50 us, is the size of the ticks themselves).
+constexpr uint64_t kTimerSlackNs = 1'000;
+// The scheduler slice the progress thread asks for: short enough that, woken
+// by a packet, it preempts an application thread spinning on memory on its
+// CPU at once (Linux 6.12+; see thread_tuning.hpp).  It runs for a few
+// microseconds at a time, far less than this.
+constexpr uint64_t kSliceNs = 100'000;
 
 }  // namespace
 
@@ -94,6 +115,22 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
   return !interrupted;
 }
 
+void Nic::arm_socket() noexcept {
+  if (sock_armed_.exchange(true, std::memory_order_relaxed)) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u32 = 1;
+  ::epoll_ctl(epfd_, EPOLL_CTL_MOD, io_->wait_fd(), &ev);
+}
+
+void Nic::completions_taken() noexcept {
+  if (!spinner_.load(std::memory_order_relaxed) || app_waiting_.load(std::memory_order_relaxed) > 0 ||
+      sock_armed_.load(std::memory_order_relaxed))
+    return;
+  ++counters_.thread_spinner_watches;  // under the lock: the CQ's poll holds it
+  arm_socket();
+}
+
 void Nic::kick() noexcept {
   if (kick_fd_ < 0) return;
   uint64_t one = 1;
@@ -118,11 +155,13 @@ void Nic::start_progress_thread() {
 }
 
 void Nic::progress_thread_main() noexcept {
+  set_timer_slack(kTimerSlackNs);  // this thread only
+  (void)request_short_slice(kSliceNs);
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   int64_t tick_ns = kAppTickNs;
   int idle_looks = 0;
-  bool armed = false;
-  bool rx_event = false;  // the socket woke us: we held it, its packets are ours
+  int spinner_misses = kSpinnerMisses;  // < kSpinnerMisses: a spinner (see there)
+  bool rx_event = false;                // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
     bool app_active;
     int64_t sleep_until;
@@ -149,11 +188,16 @@ void Nic::progress_thread_main() noexcept {
           if (n == 0) break;
           got += n;
         }
+        counters_.thread_rx_packets += got;
+        if (rx_event) ++counters_.thread_socket_wakes;
         refresh_now();
         run_timers();
         if (slow_poller && got > 0) {
           tick_ns = std::max(kMinTickNs, tick_ns / 2);
           idle_looks = -1;  // this look had work
+          spinner_misses = 0;
+        } else if (rx_event && app_active && spinner_misses < kSpinnerMisses) {
+          spinner_misses = got > 0 ? 0 : spinner_misses + 1;
         }
       }
       if (polled && ++idle_looks >= kBusyLooks) {
@@ -175,14 +219,11 @@ void Nic::progress_thread_main() noexcept {
       thread_sleep_until_.store(sleep_until, std::memory_order_release);
     }
     // A new wait fd (a multicast join); a plain load first: no write per loop.
-    if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel)) armed = false;
-    if (!app_active && !armed) {
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLONESHOT;
-      ev.data.u32 = 1;
-      ::epoll_ctl(epfd_, EPOLL_CTL_MOD, io_->wait_fd(), &ev);
-      armed = true;
-    }
+    if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel))
+      sock_armed_.store(false, std::memory_order_relaxed);
+    spinner_.store(spinner_misses < kSpinnerMisses, std::memory_order_relaxed);
+    if (!app_active) arm_socket();
+    const bool armed = sock_armed_.load(std::memory_order_relaxed);
     if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
       const int64_t limit = Clock::now().time_since_epoch().count() + int64_t(cap) * 1'000'000;
       sleep_until = std::min(sleep_until, limit);
@@ -209,7 +250,7 @@ void Nic::progress_thread_main() noexcept {
     if (in_socket) io_->done_wait();
     xrc_wake(inboxes);
     rx_event = pending;
-    if (pending) armed = false;  // as a one-shot socket event: taken again only when the app is idle
+    if (pending) sock_armed_.store(false, std::memory_order_relaxed);  // as a one-shot socket event
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 0) {
         uint64_t v;
@@ -218,7 +259,7 @@ void Nic::progress_thread_main() noexcept {
       } else if (evs[i].data.u32 == 2) {
         xrc_share::quiet_bell(xrc_bell_fd_.load(std::memory_order_acquire));
       } else {
-        armed = false;  // one-shot: disarmed until we take the socket again
+        sock_armed_.store(false, std::memory_order_relaxed);  // one-shot: disarmed until armed again
         rx_event = true;
       }
     }
