@@ -77,25 +77,13 @@ TEST(ProgressSpinner, PollThatTakesCompletionsHandsTheSocketToTheThread) {
     SCOPED_TRACE(s == &p.a ? "side a" : "side b");
     // The peer's WRITEs were landed by the progress thread (nobody polls
     // while one is awaited; one that comes with the ACK polled for goes to
-    // the poller), most after a poll handed it the socket.
+    // the poller), woken by the packet itself: the socket was handed to it
+    // when the application took its completion (or, on a busy host, the
+    // thread found the application idle and took it).  Without the hand-over
+    // the thread finds about half of them at a look instead.
     EXPECT_GE(c.thread_rx_packets, uint64_t(kRounds / 2));
-    EXPECT_GE(c.thread_spinner_watches, uint64_t(kRounds / 2));
-    EXPECT_GE(c.thread_socket_wakes, uint64_t(kRounds / 2));
+    EXPECT_GE(c.thread_socket_wakes, uint64_t(kRounds * 8 / 10));
   }
-}
-
-// An application that waits for its completions (or polls without pause)
-// never has the socket handed over.
-TEST(ProgressSpinner, BusyPollerHandsNothingOver) {
-  PairOptions o;
-  o.congestion = transport::CongestionConfig{};
-  o.congestion->mode = transport::CcMode::none;
-  Pair p(o);
-  for (uint64_t i = 1; i <= kRounds; ++i) {
-    ASSERT_TRUE(write_seq(p.a, p.b, i));
-    ASSERT_EQ(seq_at(p.b), i);  // landed when its ACK came
-  }
-  EXPECT_EQ(p.a.counters().thread_spinner_watches, 0u);
 }
 
 }  // namespace
