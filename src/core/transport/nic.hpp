@@ -165,8 +165,9 @@ class Nic {
   void refresh_now() noexcept { now_ = Clock::now(); }
 
   // ---- application threads (take the lock themselves) ----
-  // Progress from a thread that found its CQ empty.
-  void drive() noexcept;
+  // Progress from a thread that found its CQ empty; returns the packets
+  // received.
+  size_t drive() noexcept;
   // Sleep until `fd` is readable or a packet arrives (processing packets
   // meanwhile), at most timeout_ms (-1: forever).  Returns when fd readable
   // or timed out (true), or when a signal handler interrupted the sleep
