@@ -1,0 +1,207 @@
+"""Third-party RDMA tools unmodified on uroce's libibverbs.so.1, for bench/run.
+
+perftest (ib_{send,write,read}_{lat,bw}) and qperf (rc_lat, rc_bw,
+rc_rdma_write_bw, rc_rdma_read_bw), each server and client on loopback, run
+pinned (server on one CPU, client on the other, as bench/run pins its own
+tools) and unpinned (as users run them), with qperf's tcp_lat and tcp_bw
+as the kernel's figures from the same tool.  Figures are normalised: round
+trips in us, bandwidth in bytes/s.
+"""
+
+import os
+import re
+import time
+
+KiB = 1024
+MiB = 1024 * 1024
+
+# perftest reports half a round trip for SEND and WRITE (a ping-pong) and the
+# operation's own round trip for READ.
+PERFTEST_LAT = {"ib_send_lat": ("send", 2), "ib_write_lat": ("write", 2), "ib_read_lat": ("read", 1)}
+PERFTEST_BW = {"ib_send_bw": "send", "ib_write_bw": "write", "ib_read_bw": "read"}
+# qperf reports one-way latency (half a round trip) and decimal units.
+QPERF_BW = {"rc_bw": "send", "rc_rdma_write_bw": "write", "rc_rdma_read_bw": "read", "tcp_bw": "tcp"}
+_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+_TIME = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6, "s": 1e6}
+
+
+class Tools:
+    """Runs the tools; `suite` gives run(), Background, free_port() and CPUs."""
+
+    def __init__(self, suite, run, background, free_port):
+        self.s = suite
+        self.run = run
+        self.Background = background
+        self.free_port = free_port
+        self.env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(suite.args.build_dir, "lib"))
+
+    def _pin(self, pinned, cpu):
+        return ["taskset", "-c", str(cpu)] if pinned else []
+
+    def _pair(self, server_cmd, client_cmd, pinned, timeout, settle=0.5):
+        """Runs server then client (each pinned to its CPU if `pinned`); returns
+        the client's output."""
+        with self.Background(self._pin(pinned, self.s.c1) + server_cmd, env=self.env):
+            time.sleep(settle)
+            return self.run(self._pin(pinned, self.s.c0) + client_cmd, timeout, env=self.env)
+
+    # ---- perftest
+
+    def perftest_lat(self, prog, size, iters, pinned):
+        port = self.free_port()
+        common = [prog, "-d", "uroce0", "-s", str(size), "-n", str(iters), "-p", str(port)]
+        out = self._pair(common, common + ["127.0.0.1"], pinned, 120)
+        _, factor = PERFTEST_LAT[prog]
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 8 and f[0] == str(size) and f[1] == str(iters):
+                return {"tool": prog, "size": size, "iters": iters, "pinned": pinned,
+                        "rtt_min_us": factor * float(f[2]), "rtt_typical_us": factor * float(f[4]),
+                        "rtt_avg_us": factor * float(f[5]), "rtt_p99_us": factor * float(f[7])}
+        raise RuntimeError(f"{prog}: no result line in its output: {out[-500:]}")
+
+    def perftest_bw(self, prog, size, seconds, pinned):
+        port = self.free_port()
+        common = [prog, "-d", "uroce0", "-s", str(size), "-D", str(seconds), "-p", str(port)]
+        out = self._pair(common, common + ["127.0.0.1"], pinned, seconds + 60)
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 5 and f[0] == str(size):
+                # BW average, in MiB/s (perftest's MB is 2^20 bytes)
+                return {"tool": prog, "size": size, "pinned": pinned, "bytes_per_s": float(f[3]) * MiB,
+                        "msgs_per_s": float(f[4]) * 1e6}
+        raise RuntimeError(f"{prog}: no result line in its output: {out[-500:]}")
+
+    # ---- qperf
+
+    def qperf(self, test, size, seconds, pinned, extra=()):
+        port = self.free_port()
+        out = self._pair(["qperf", "-lp", str(port)],
+                         ["qperf", "127.0.0.1", "-lp", str(port), "-t", str(seconds), "-m", str(size)] + list(extra) +
+                         [test], pinned, seconds + 60)
+        r = {"tool": "qperf", "test": test, "size": size, "pinned": pinned, "options": " ".join(extra)}
+        m = re.search(r"bw\s*=\s*([\d.]+)\s*([KMG]?)B/sec", out)
+        if m:
+            r["bytes_per_s"] = float(m.group(1)) * _UNITS[m.group(2)]
+            return r
+        m = re.search(r"latency\s*=\s*([\d.]+)\s*(ns|us|ms|sec)", out)
+        if m:
+            r["rtt_us"] = 2 * float(m.group(1)) * _TIME[m.group(2)]
+            return r
+        raise RuntimeError(f"qperf {test}: no figure in its output: {out[-500:]}")
+
+
+def measure(suite, run, background, free_port, quick):
+    """Every row, pinned and unpinned; with uroce perf's own figure unpinned
+    (bench/run measures it pinned)."""
+    t = Tools(suite, run, background, free_port)
+    iters = 2000 if quick else 10000
+    secs = 1 if quick else 2
+    res = {"perftest_lat": [], "perftest_bw": [], "qperf": [], "uroce_unpinned": {}}
+    for pinned in (True, False):
+        for prog in PERFTEST_LAT:
+            res["perftest_lat"].append(t.perftest_lat(prog, 8, iters, pinned))
+        for prog in PERFTEST_BW:
+            for size in (64 * KiB, MiB):
+                res["perftest_bw"].append(t.perftest_bw(prog, size, secs, pinned))
+        for test in ("rc_bw", "rc_rdma_write_bw", "rc_rdma_read_bw", "tcp_bw"):
+            for size in (64 * KiB, MiB):
+                res["qperf"].append(t.qperf(test, size, secs, pinned))
+        res["qperf"].append(t.qperf("rc_lat", 8, secs, pinned))
+        res["qperf"].append(t.qperf("rc_lat", 8, secs, pinned, ["-cp", "1"]))
+        res["qperf"].append(t.qperf("tcp_lat", 8, secs, pinned))
+    dur = "0.2" if quick else "0.6"
+    un = res["uroce_unpinned"]
+    un["lat"] = suite.perf("--op", "send,write,read", "--test", "lat", "--size", "8", "--duration", dur, cpus="none")
+    un["lat_passive"] = suite.perf("--op", "write,read", "--test", "lat", "--size", "8", "--duration", dur,
+                                   "--server", "sleep", cpus="none")
+    un["send8_notify"] = suite.perf("--op", "send", "--test", "lat", "--size", "8", "--duration", dur, "--wait",
+                                    "notify", cpus="none")
+    un["bw"] = suite.perf("--op", "send", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window", "64",
+                          cpus="none")
+    un["bw_passive"] = suite.perf("--op", "write,read", "--test", "bw", "--size", "64K,1M", "--duration", dur,
+                                  "--window", "64", "--server", "sleep", cpus="none")
+    return res
+
+
+def _size(b):
+    return f"{b // MiB} MiB" if b >= MiB else (f"{b // KiB} KiB" if b >= KiB else f"{b} B")
+
+
+def add_rows(row, tp, u, b, lat_of, bw_of):
+    """The table rows of the third-party tools: each against uroce perf doing
+    the same operation, size and pinning (the passive server's figures where
+    the tool's server does not poll), and the large transfers against kernel
+    TCP.  `row` is bench/run's row(what, value, unit, base_name, base, target,
+    better, note)."""
+    un = tp["uroce_unpinned"]
+
+    def ours(pinned):
+        if pinned:
+            return {"lat": u["lat"], "lat_passive": u["lat_passive"], "notify": u["send8_notify"]["rtt_us"]["median"],
+                    "bw": u["bw"], "bw_passive": u["bw_passive"]}
+        return {"lat": un["lat"], "lat_passive": un["lat_passive"],
+                "notify": un["send8_notify"]["results"][0]["rtt_us"]["median"], "bw": un["bw"],
+                "bw_passive": un["bw_passive"]}
+
+    send_lat = {}
+    for r in tp["perftest_lat"]:
+        pin = "pinned" if r["pinned"] else "unpinned"
+        o = ours(r["pinned"])
+        op, _ = PERFTEST_LAT[r["tool"]]
+        if r["tool"] == "ib_send_lat":
+            send_lat[r["pinned"]] = r["rtt_typical_us"]
+            row(f"perftest ib_send_lat 8 B RTT, {pin}", r["rtt_typical_us"], "us",
+                f"uroce perf RC SEND 8 B RTT, {pin}", lat_of(o["lat"], "send", 8), 1.2,
+                note="typical x 2")
+        elif r["tool"] == "ib_write_lat":
+            row(f"perftest ib_write_lat 8 B RTT, {pin}", r["rtt_typical_us"], "us", f"ib_send_lat 8 B RTT, {pin}",
+                send_lat.get(r["pinned"]), 2.0, note="typical x 2; it spins on memory between CQ polls")
+        else:
+            row(f"perftest ib_read_lat 8 B RTT, {pin}", r["rtt_typical_us"], "us",
+                f"uroce perf RC READ 8 B RTT, passive server, {pin}", lat_of(o["lat_passive"], "read", 8), 1.2,
+                note="typical")
+    for r in tp["perftest_bw"]:
+        pin = "pinned" if r["pinned"] else "unpinned"
+        o = ours(r["pinned"])
+        op = PERFTEST_BW[r["tool"]]
+        src, what = (o["bw"], "") if op == "send" else (o["bw_passive"], ", passive server")
+        row(f"perftest {r['tool']} {_size(r['size'])}, {pin}", r["bytes_per_s"], "B/s",
+            f"uroce perf RC {op.upper()} {_size(r['size'])}{what}, {pin}", bw_of(src, op, r["size"]), 1 / 1.2,
+            better="higher")
+    tcp = {}
+    for r in tp["qperf"]:
+        if r["test"] == "tcp_bw":
+            tcp[(r["size"], r["pinned"])] = r["bytes_per_s"]
+    for r in tp["qperf"]:
+        pin = "pinned" if r["pinned"] else "unpinned"
+        o = ours(r["pinned"])
+        t = r["test"]
+        if t == "rc_lat" and r["options"]:
+            row(f"qperf rc_lat -cp 1 8 B RTT, {pin}", r["rtt_us"], "us", f"uroce perf RC SEND 8 B RTT, {pin}",
+                lat_of(o["lat"], "send", 8), 1.2, note="one-way x 2; polls its CQ")
+        elif t == "rc_lat":
+            row(f"qperf rc_lat 8 B RTT, {pin}", r["rtt_us"], "us", f"uroce perf RC SEND 8 B RTT, wait-for-notify, {pin}",
+                o["notify"], 1.2, note="one-way x 2; waits on a completion channel")
+        elif t == "tcp_lat":
+            row(f"qperf tcp_lat 8 B RTT, {pin}", r["rtt_us"], "us", "sockperf TCP ping-pong 14 B, busy, pinned",
+                b["tcp_pingpong_busy"]["median"], note="the kernel through qperf (blocking sockets)")
+        elif t != "tcp_bw":
+            op = QPERF_BW[t]
+            src, what = (o["bw"], "") if op == "send" else (o["bw_passive"], ", passive server")
+            row(f"qperf {t} {_size(r['size'])}, {pin}", r["bytes_per_s"], "B/s",
+                f"uroce perf RC {op.upper()} {_size(r['size'])}{what}, {pin}", bw_of(src, op, r["size"]), 1 / 1.2,
+                better="higher")
+    # Large transfers against the kernel's TCP, measured by the same tool.
+    for r in tp["perftest_bw"] + [q for q in tp["qperf"] if q["test"] in ("rc_bw", "rc_rdma_write_bw")]:
+        if r["size"] != MiB or r.get("tool") in ("ib_read_bw", "ib_send_bw"):
+            continue
+        pin = "pinned" if r["pinned"] else "unpinned"
+        name = r["tool"] if r["tool"] != "qperf" else f"qperf {r['test']}"
+        row(f"{name} 1 MiB, {pin}", r["bytes_per_s"], "B/s", f"qperf tcp_bw 1 MiB, {pin}",
+            tcp.get((MiB, r["pinned"])), 1.0, better="higher", note="against kernel TCP")
+    for pinned in (True, False):
+        pin = "pinned" if pinned else "unpinned"
+        row(f"uroce perf RC WRITE 1 MiB, passive server, {pin}", bw_of(ours(pinned)["bw_passive"], "write", MiB),
+            "B/s", f"qperf tcp_bw 1 MiB, {pin}", tcp.get((MiB, pinned)), 1.0, better="higher",
+            note="against kernel TCP")
