@@ -21,7 +21,7 @@ PERFTEST_LAT = {"ib_send_lat": ("send", 2), "ib_write_lat": ("write", 2), "ib_re
 PERFTEST_BW = {"ib_send_bw": "send", "ib_write_bw": "write", "ib_read_bw": "read"}
 # qperf reports one-way latency (half a round trip) and decimal units.
 QPERF_BW = {"rc_bw": "send", "rc_rdma_write_bw": "write", "rc_rdma_read_bw": "read", "tcp_bw": "tcp"}
-_UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+_UNITS = {"bytes": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 _TIME = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6, "s": 1e6}
 
 
@@ -80,13 +80,14 @@ class Tools:
                          ["qperf", "127.0.0.1", "-lp", str(port), "-t", str(seconds), "-m", str(size)] + list(extra) +
                          [test], pinned, seconds + 60)
         r = {"tool": "qperf", "test": test, "size": size, "pinned": pinned, "options": " ".join(extra)}
-        m = re.search(r"bw\s*=\s*([\d.]+)\s*([KMG]?)B/sec", out)
+        # (qperf pads figures and puts commas in thousands: "1,000 MB/sec")
+        m = re.search(r"bw\s*=\s*([\d.,]+)\s*(bytes|[KMGT]B)/sec", out)
         if m:
-            r["bytes_per_s"] = float(m.group(1)) * _UNITS[m.group(2)]
+            r["bytes_per_s"] = float(m.group(1).replace(",", "")) * _UNITS[m.group(2)]
             return r
-        m = re.search(r"latency\s*=\s*([\d.]+)\s*(ns|us|ms|sec)", out)
+        m = re.search(r"latency\s*=\s*([\d.,]+)\s*(ns|us|ms|sec)", out)
         if m:
-            r["rtt_us"] = 2 * float(m.group(1)) * _TIME[m.group(2)]
+            r["rtt_us"] = 2 * float(m.group(1).replace(",", "")) * _TIME[m.group(2)]
             return r
         raise RuntimeError(f"qperf {test}: no figure in its output: {out[-500:]}")
 
@@ -98,18 +99,25 @@ def measure(suite, run, background, free_port, quick):
     iters = 2000 if quick else 10000
     secs = 1 if quick else 2
     res = {"perftest_lat": [], "perftest_bw": [], "qperf": [], "uroce_unpinned": {}}
+
+    def attempt(fn, *a, **kw):  # a tool that fails is a row with its error, not the end of the run
+        try:
+            return fn(*a, **kw)
+        except RuntimeError as e:
+            return {"error": str(e)[-300:], "call": f"{fn.__name__}{a}"}
+
     for pinned in (True, False):
         for prog in PERFTEST_LAT:
-            res["perftest_lat"].append(t.perftest_lat(prog, 8, iters, pinned))
+            res["perftest_lat"].append(attempt(t.perftest_lat, prog, 8, iters, pinned))
         for prog in PERFTEST_BW:
             for size in (64 * KiB, MiB):
-                res["perftest_bw"].append(t.perftest_bw(prog, size, secs, pinned))
+                res["perftest_bw"].append(attempt(t.perftest_bw, prog, size, secs, pinned))
         for test in ("rc_bw", "rc_rdma_write_bw", "rc_rdma_read_bw", "tcp_bw"):
             for size in (64 * KiB, MiB):
-                res["qperf"].append(t.qperf(test, size, secs, pinned))
-        res["qperf"].append(t.qperf("rc_lat", 8, secs, pinned))
-        res["qperf"].append(t.qperf("rc_lat", 8, secs, pinned, ["-cp", "1"]))
-        res["qperf"].append(t.qperf("tcp_lat", 8, secs, pinned))
+                res["qperf"].append(attempt(t.qperf, test, size, secs, pinned))
+        res["qperf"].append(attempt(t.qperf, "rc_lat", 8, secs, pinned))
+        res["qperf"].append(attempt(t.qperf, "rc_lat", 8, secs, pinned, ["-cp", "1"]))
+        res["qperf"].append(attempt(t.qperf, "tcp_lat", 8, secs, pinned))
     dur = "0.2" if quick else "0.6"
     un = res["uroce_unpinned"]
     un["lat"] = suite.perf("--op", "send,write,read", "--test", "lat", "--size", "8", "--duration", dur, cpus="none")
@@ -135,6 +143,11 @@ def add_rows(row, tp, u, b, lat_of, bw_of):
     TCP.  `row` is bench/run's row(what, value, unit, base_name, base, target,
     better, note)."""
     un = tp["uroce_unpinned"]
+    for k, v in tp.items():
+        for r in v if isinstance(v, list) else []:
+            if "error" in r:
+                row(f"{r['call']}: FAILED", None, "us", r["error"][-120:].replace("|", "/"), None)
+    tp = {k: [r for r in v if "error" not in r] if isinstance(v, list) else v for k, v in tp.items()}
 
     def ours(pinned):
         if pinned:
@@ -184,8 +197,8 @@ def add_rows(row, tp, u, b, lat_of, bw_of):
             row(f"qperf rc_lat 8 B RTT, {pin}", r["rtt_us"], "us", f"uroce perf RC SEND 8 B RTT, wait-for-notify, {pin}",
                 o["notify"], 1.2, note="one-way x 2; waits on a completion channel")
         elif t == "tcp_lat":
-            row(f"qperf tcp_lat 8 B RTT, {pin}", r["rtt_us"], "us", "sockperf TCP ping-pong 14 B, busy, pinned",
-                b["tcp_pingpong_busy"]["median"], note="the kernel through qperf (blocking sockets)")
+            row(f"qperf tcp_lat 8 B RTT, {pin}", r["rtt_us"], "us", "sockperf TCP ping-pong 14 B, blocking, pinned",
+                b["tcp_pingpong_blocking"]["median"], note="the kernel through qperf (blocking sockets)")
         elif t != "tcp_bw":
             op = QPERF_BW[t]
             src, what = (o["bw"], "") if op == "send" else (o["bw_passive"], ", passive server")

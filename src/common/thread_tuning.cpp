@@ -23,6 +23,7 @@ struct SchedAttr {
   uint64_t sched_period;
 };
 constexpr uint32_t kSchedAttrSizeVer0 = 48;
+constexpr uint64_t kResetOnFork = 0x01;  // SCHED_FLAG_RESET_ON_FORK
 
 }  // namespace
 
@@ -32,7 +33,7 @@ bool request_short_slice(uint64_t ns) noexcept {
   if (::syscall(SYS_sched_getattr, 0, &attr, kSchedAttrSizeVer0, 0) != 0) return false;
   if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH) return false;
   attr.size = kSchedAttrSizeVer0;
-  attr.sched_flags = 0;
+  attr.sched_flags &= kResetOnFork;  // kept as it was; nothing else asked
   attr.sched_runtime = ns;
   if (::syscall(SYS_sched_setattr, 0, &attr, 0) != 0) return false;
   // Kernels before custom slices accept the call and ignore the runtime.

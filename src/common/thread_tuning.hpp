@@ -10,8 +10,8 @@ namespace uroce {
 // EEVDF: a thread with a shorter slice than the running one preempts it when
 // it wakes, instead of waiting up to the running thread's whole slice, about
 // 3 ms, for its turn).  The thread's policy and nice value stay as they are.
-// Returns false, and changes nothing, where the kernel has no such slices or
-// refuses (older kernels run the thread as before).
+// Returns false where the kernel has no such slices or refuses (older
+// kernels run the thread as before), or clamps `ns` (100 us .. 100 ms).
 bool request_short_slice(uint64_t ns) noexcept;
 
 // Sets the calling thread's timer slack: how late the kernel may fire its

@@ -289,7 +289,8 @@ class Nic {
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
   std::atomic<bool> spinner_{false};            // the application spins on memory between polls
   std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
-  void arm_socket() noexcept;                   // arms it unless it is
+  bool arm_socket() noexcept;                   // arms it unless it is (true: it did)
+  std::atomic<bool> wait_spinning_{false};      // an application waiter keeps receiving (wait_on)
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };
 

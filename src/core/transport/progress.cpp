@@ -54,12 +54,18 @@ constexpr int kThreadRxRounds = 64;
 // mode ends after kSpinnerMisses wakes in a row that found the packets
 // already taken (the application polls often enough after all).
 constexpr int kSpinnerMisses = 16;
+// An application that polled this recently polls right now.
+constexpr int64_t kPollingNs = 5'000;
 // How long an application thread about to sleep for a completion keeps
 // receiving after its last packet (Nic::wait_on).  The ACKs of a window of
 // sends come one at a time, so any packet counts.  In a ping-pong it costs
 // the waiter CPU while it spins for the reply (about 5% of one in `uroce
 // pingpong send-notify`) and saves it a wake-up when the reply comes in time.
 constexpr int64_t kWaitSpinNs = 20'000;
+// At most this long in all, before it sleeps (where packets waiting wake it
+// at once): a waiter whose CQ stays quiet while other QPs' packets stream
+// does not spin for good.
+constexpr int64_t kWaitSpinMaxNs = 1'000'000;
 // Timers of the progress thread fire this late at most (the kernel's
 // default, 50 us, is the size of the ticks themselves).
 constexpr uint64_t kTimerSlackNs = 1'000;
@@ -100,11 +106,15 @@ size_t Nic::drive() noexcept {
 bool Nic::wait_on(int fd, int timeout_ms) noexcept {
   app_waiting_.fetch_add(1, std::memory_order_acq_rel);
   // While packets keep coming (a message of many packets, the ACKs of a
-  // window of them), keep taking them rather than sleep: asleep, the thread would
-  // wake once per packet or two.  Until `fd` is readable, kWaitSpinNs pass
-  // without a packet, or the timeout.
+  // window of them), keep taking them rather than sleep: asleep, the thread
+  // would wake once per packet or two.  Until `fd` is readable, kWaitSpinNs
+  // pass without a packet, kWaitSpinMaxNs in all, or the timeout; one
+  // waiter at a time (the others sleep, as the packets are not theirs).
   const int64_t start = Clock::now().time_since_epoch().count();
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + int64_t(timeout_ms) * 1'000'000;
+  bool fd_ready = false;
+  int64_t now = start;
+  const bool spin = !wait_spinning_.exchange(true, std::memory_order_acquire);
   for (int64_t last_rx = 0;;) {
     size_t got;
     {
@@ -112,16 +122,30 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
       got = drive();
       if (!lazy_.empty()) flush_acks();
     }
-    const int64_t now = Clock::now().time_since_epoch().count();
+    now = Clock::now().time_since_epoch().count();
     if (got > 0) last_rx = now;
-    if (now - last_rx > kWaitSpinNs || now >= deadline) break;
+    if (!spin || now - last_rx > kWaitSpinNs || now - start > kWaitSpinMaxNs || now >= deadline) break;
     pollfd self{fd, POLLIN, 0};
-    if (::poll(&self, 1, 0) > 0) break;
+    if (::poll(&self, 1, 0) > 0) {
+      fd_ready = true;
+      break;
+    }
+  }
+  if (spin) wait_spinning_.store(false, std::memory_order_release);
+  // What is left of the timeout (rounded up: poll() takes ms).
+  const int left_ms = timeout_ms < 0 ? -1 : int(std::max<int64_t>(0, (deadline - now + 999'999) / 1'000'000));
+  if (fd_ready || left_ms == 0) {  // no sleep (the rest as below)
+    std::lock_guard g(mu_);
+    (void)maybe_publish_stats();
+    if (app_waiting_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+        thread_sleep_until_.load(std::memory_order_acquire) == INT64_MAX)
+      kick();
+    return true;
   }
   pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
   const bool pending = io_->prepare_wait();  // packets the socket does not show (ShmIo): no sleep
-  const int ready = ::poll(pfd, 2, pending ? 0 : timeout_ms);
-  const bool slept = !pending && timeout_ms != 0;
+  const int ready = ::poll(pfd, 2, pending ? 0 : left_ms);
+  const bool slept = !pending;
   io_->done_wait();
   const bool interrupted = ready < 0 && errno == EINTR;
   const bool rx = (pending || (ready > 0 && (pfd[1].revents & POLLIN))) && !(pfd[0].revents & POLLIN);
@@ -138,20 +162,23 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
   return !interrupted;
 }
 
-void Nic::arm_socket() noexcept {
-  if (sock_armed_.exchange(true, std::memory_order_relaxed)) return;
+bool Nic::arm_socket() noexcept {
+  if (sock_armed_.exchange(true, std::memory_order_relaxed)) return false;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.u32 = 1;
   ::epoll_ctl(epfd_, EPOLL_CTL_MOD, io_->wait_fd(), &ev);
+  return true;
 }
 
 void Nic::completions_taken() noexcept {
   if (!spinner_.load(std::memory_order_relaxed) || app_waiting_.load(std::memory_order_relaxed) > 0 ||
-      sock_armed_.load(std::memory_order_relaxed))
+      sock_armed_.load(std::memory_order_relaxed) || !arm_socket())
     return;
   ++counters_.thread_spinner_watches;  // under the lock: the CQ's poll holds it
-  arm_socket();
+  // Packets the socket does not show (ShmIo's rings) wake only a thread that
+  // announced its sleep (prepare_wait): have it go round and do so.
+  if (io_->max_sleep_ms() >= 0) kick();
 }
 
 void Nic::kick() noexcept {
@@ -220,9 +247,14 @@ void Nic::progress_thread_main() noexcept {
           idle_looks = -1;  // this look had work
           spinner_misses = 0;
         } else if (rx_event && app_active && spinner_misses < kSpinnerMisses) {
-          spinner_misses = got > 0 ? 0 : spinner_misses + 1;
+          // A miss: the application took the packets, or polls right now
+          // anyway (a bandwidth client draining its CQ is no spinner).
+          const bool polling =
+              now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed) < kPollingNs;
+          spinner_misses = got > 0 && !polling ? 0 : spinner_misses + 1;
         }
       }
+      if (waiting) spinner_misses = kSpinnerMisses;  // it waits for events: no spinner
       if (polled && ++idle_looks >= kBusyLooks) {
         idle_looks = 0;
         tick_ns = std::min(kAppTickNs, tick_ns * 2);
