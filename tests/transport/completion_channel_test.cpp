@@ -208,7 +208,7 @@ TEST(CompletionChannel, WaiterTakesAStreamWithoutSleepingPerPacket) {
     fewest = std::min(fewest, p.a.counters().app_wait_sleeps - sleeps_before);
   }
   // 3-5 here; 35-70 when the waiter sleeps whenever its CQ has nothing yet.
-  EXPECT_LT(fewest, 12u) << "sleeps in the socket for the READ of 4096 packets that slept least";
+  EXPECT_LT(fewest, 20u) << "sleeps in the socket for the READ of 4096 packets that slept least";
 }
 
 TEST(CompletionChannel, WaitEventsAckedBlocksUntilAcked) {

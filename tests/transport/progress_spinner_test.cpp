@@ -75,14 +75,16 @@ TEST(ProgressSpinner, PollThatTakesCompletionsHandsTheSocketToTheThread) {
   for (Side* s : {&p.a, &p.b}) {
     const Counters c = s->counters();
     SCOPED_TRACE(s == &p.a ? "side a" : "side b");
-    // The peer's WRITEs were landed by the progress thread (nobody polls
-    // while one is awaited; one that comes with the ACK polled for goes to
-    // the poller), woken by the packet itself: the socket was handed to it
-    // when the application took its completion (or, on a busy host, the
-    // thread found the application idle and took it).  Without the hand-over
-    // the thread finds about half of them at a look instead.
-    EXPECT_GE(c.thread_rx_packets, uint64_t(kRounds / 2));
-    EXPECT_GE(c.thread_socket_wakes, uint64_t(kRounds * 8 / 10));
+    // Nobody polls while a peer's WRITE is awaited, so the progress thread
+    // lands those the application's polls for its ACK did not take (on a busy
+    // host, most are taken so); it lands them woken by the packet itself,
+    // the socket handed to it when the application took its completion (or
+    // taken when the thread found the application idle): nearly all on an
+    // idle host, half or more on one with a CPU hog.  Without the hand-over
+    // it finds them at its looks: fewer than one in ten woke it.
+    EXPECT_GE(c.thread_rx_packets, 10u);
+    EXPECT_GE(c.thread_socket_wakes * 10, c.thread_rx_packets * 3)
+        << c.thread_socket_wakes << " socket wakes for " << c.thread_rx_packets << " packets";
   }
 }
 

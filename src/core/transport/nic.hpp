@@ -290,6 +290,7 @@ class Nic {
   std::atomic<bool> spinner_{false};            // the application spins on memory between polls
   std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
   bool arm_socket() noexcept;                   // arms it unless it is (true: it did)
+  std::atomic<uint64_t> handed_activity_{0};    // app_activity_ when a poll last handed over the socket
   std::atomic<bool> wait_spinning_{false};      // an application waiter keeps receiving (wait_on)
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };

@@ -50,11 +50,15 @@ constexpr int kThreadRxRounds = 64;
 // twice per round trip, and one woken again within microseconds of its last
 // run has used more than its share of the CPU the application spins on, so
 // the scheduler lets it wait up to a whole tick (4 ms) instead of preempting.
-// A thread of an application that waits, not spins, never watches.  Spinner
-// mode ends after kSpinnerMisses wakes in a row that found the packets
-// already taken (the application polls often enough after all).
+// A thread of an application that waits, not spins, never watches.  A wake
+// after which the application polled again (not just to take completions)
+// is not for the thread: the application takes the packet itself.  Spinner
+// mode ends after kSpinnerMisses such wakes, or wakes that found nothing, in
+// a row (a busy poller preempted for longer than kPollerIdleNs looks like a
+// spinner for that long).
 constexpr int kSpinnerMisses = 16;
-// An application that polled this recently polls right now.
+// Outside spinner mode, an application that polled this recently polls
+// right now and takes what woke the thread itself.
 constexpr int64_t kPollingNs = 5'000;
 // How long an application thread about to sleep for a completion keeps
 // receiving after its last packet (Nic::wait_on).  The ACKs of a window of
@@ -172,9 +176,11 @@ bool Nic::arm_socket() noexcept {
 }
 
 void Nic::completions_taken() noexcept {
-  if (!spinner_.load(std::memory_order_relaxed) || app_waiting_.load(std::memory_order_relaxed) > 0 ||
-      sock_armed_.load(std::memory_order_relaxed) || !arm_socket())
-    return;
+  if (!spinner_.load(std::memory_order_relaxed) || app_waiting_.load(std::memory_order_relaxed) > 0) return;
+  // Polls after this one (other than to take more completions) show an
+  // application that polls rather than spins.
+  handed_activity_.store(app_activity_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  if (sock_armed_.load(std::memory_order_relaxed) || !arm_socket()) return;
   ++counters_.thread_spinner_watches;  // under the lock: the CQ's poll holds it
   // Packets the socket does not show (ShmIo's rings) wake only a thread that
   // announced its sleep (prepare_wait): have it go round and do so.
@@ -225,14 +231,22 @@ void Nic::progress_thread_main() noexcept {
       seen = cur;
       const bool waiting = app_waiting_.load(std::memory_order_acquire) > 0;
       app_active = polled || waiting;
-      const bool slow_poller =
-          polled && !waiting &&
-          now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed) > kPollerIdleNs;
+      const int64_t since_poll = now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed);
+      const bool slow_poller = polled && !waiting && since_poll > kPollerIdleNs;
+      // What woke us: a spinner's packet if the application has not polled
+      // since it took its completions and handed us the socket (it spins on
+      // memory); otherwise one an application polling right now takes
+      // itself (leave it the lock; a bandwidth client is no spinner).
+      const bool spinner = spinner_misses < kSpinnerMisses;
+      const bool rx_for_us =
+          rx_event && !waiting &&
+          (spinner ? app_activity_.load(std::memory_order_relaxed) == handed_activity_.load(std::memory_order_relaxed)
+                   : !(app_active && since_poll < kPollingNs));
       // A packet that woke us is served even if the application polled a
       // while ago (it would otherwise wait a tick); one sleeping in the
       // socket itself takes it instead.
-      if (!app_active || (rx_event && !waiting) || slow_poller) {
-        size_t got = 0;
+      size_t got = 0;
+      if (!app_active || rx_for_us || slow_poller) {
         for (int i = 0; i < kThreadRxRounds; ++i) {
           const size_t n = poll_rx();
           if (n == 0) break;
@@ -244,16 +258,13 @@ void Nic::progress_thread_main() noexcept {
         run_timers();
         if (slow_poller && got > 0) {
           tick_ns = std::max(kMinTickNs, tick_ns / 2);
-          idle_looks = -1;  // this look had work
-          spinner_misses = 0;
-        } else if (rx_event && app_active && spinner_misses < kSpinnerMisses) {
-          // A miss: the application took the packets, or polls right now
-          // anyway (a bandwidth client draining its CQ is no spinner).
-          const bool polling =
-              now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed) < kPollingNs;
-          spinner_misses = got > 0 && !polling ? 0 : spinner_misses + 1;
+          idle_looks = -1;     // this look had work
+          spinner_misses = 0;  // (a busy poller preempted for a while leaves at its next polls)
         }
       }
+      // A spinner's wake that found nothing for us is a miss.
+      if (rx_event && app_active && spinner && !slow_poller)
+        spinner_misses = rx_for_us && got > 0 ? 0 : spinner_misses + 1;
       if (waiting) spinner_misses = kSpinnerMisses;  // it waits for events: no spinner
       if (polled && ++idle_looks >= kBusyLooks) {
         idle_looks = 0;
