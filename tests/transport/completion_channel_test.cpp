@@ -3,6 +3,8 @@
 // get_event sleeps in the kernel; events are acknowledged before a CQ goes.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -209,6 +211,55 @@ TEST(CompletionChannel, WaiterTakesAStreamWithoutSleepingPerPacket) {
   }
   // 3-5 here; 35-70 when the waiter sleeps whenever its CQ has nothing yet.
   EXPECT_LT(fewest, 20u) << "sleeps in the socket for the READ of 4096 packets that slept least";
+}
+
+void on_usr1(int) {}
+
+// The waiter that keeps receiving while packets stream in keeps the
+// application's signals blocked meanwhile, and sleeps with them unblocked:
+// a handler without SA_RESTART that runs during the stream still ends the
+// wait with EINTR (rdma-core's read() of the channel fd would).
+TEST(CompletionChannel, SignalDuringAStreamStillInterruptsTheWait) {
+  PairOptions o = with_channel();
+  o.congestion = transport::CongestionConfig{};
+  o.congestion->mode = transport::CcMode::none;
+  Pair p(o);
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = on_usr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  // B writes into A's memory without pause: A's NIC receives all along,
+  // and A's waiter, whose CQ stays quiet, takes those packets as it waits.
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop) {
+      SendWr wr;
+      wr.opcode = WrOpcode::rdma_write;
+      wr.send_flags = send_flags::kSignaled;
+      Sge sge = p.b.sge(0, 256 * 1024);
+      wr.sg_list = {&sge, 1};
+      wr.remote_addr = p.a.addr(0);
+      wr.rkey = p.a.mr->rkey();
+      if (!post_send(*p.b.qp, wr).ok() || poll_n(*p.b.scq, 1, 5000).size() != 1) break;
+    }
+  });
+  ASSERT_TRUE(p.a.rcq->req_notify(false).ok());
+  const pthread_t waiter = pthread_self();
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(50ms);
+    pthread_kill(waiter, SIGUSR1);
+  });
+  const uint64_t taken_before = p.a.counters().rx_packets;
+  auto ev = p.a.ch->get_event(5000);
+  signaller.join();
+  stop = true;
+  writer.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  ASSERT_FALSE(ev.ok()) << "an event came, yet A's CQ had nothing";
+  EXPECT_EQ(ev.status().code(), EINTR) << ev.status().to_string();
+  EXPECT_GT(p.a.counters().rx_packets, taken_before) << "no stream reached A while it waited";
 }
 
 TEST(CompletionChannel, WaitEventsAckedBlocksUntilAcked) {

@@ -1,5 +1,6 @@
 // Who runs the protocol, and when (see nic.hpp for the model).
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -114,11 +115,19 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
   // would wake once per packet or two.  Until `fd` is readable, kWaitSpinNs
   // pass without a packet, kWaitSpinMaxNs in all, or the timeout; one
   // waiter at a time (the others sleep, as the packets are not theirs).
+  // The application's signals stay blocked meanwhile, and ppoll() unblocks
+  // them as it sleeps: one that came during the spin interrupts the sleep
+  // (EINTR), as it would have interrupted a sleep from the start.
   const int64_t start = Clock::now().time_since_epoch().count();
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + int64_t(timeout_ms) * 1'000'000;
   bool fd_ready = false;
   int64_t now = start;
   const bool spin = !wait_spinning_.exchange(true, std::memory_order_acquire);
+  sigset_t app_mask;
+  if (spin) {
+    const sigset_t quiet = quiet_signal_mask();
+    pthread_sigmask(SIG_BLOCK, &quiet, &app_mask);
+  }
   for (int64_t last_rx = 0;;) {
     size_t got;
     {
@@ -136,38 +145,51 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
     }
   }
   if (spin) wait_spinning_.store(false, std::memory_order_release);
-  // What is left of the timeout (rounded up: poll() takes ms).
-  const int left_ms = timeout_ms < 0 ? -1 : int(std::max<int64_t>(0, (deadline - now + 999'999) / 1'000'000));
-  if (fd_ready || left_ms == 0) {  // no sleep (the rest as below)
+  bool interrupted = false;
+  if (!fd_ready && now < deadline) {
+    pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
+    const bool pending = io_->prepare_wait();  // packets the socket does not show (ShmIo): no sleep
+    timespec left{};
+    if (!pending && deadline != INT64_MAX)
+      left = {time_t((deadline - now) / 1'000'000'000), long((deadline - now) % 1'000'000'000)};
+    const int ready = ::ppoll(pfd, 2, pending || deadline != INT64_MAX ? &left : nullptr, spin ? &app_mask : nullptr);
+    interrupted = ready < 0 && errno == EINTR;
+    io_->done_wait();
+    const bool rx = (pending || (ready > 0 && (pfd[1].revents & POLLIN))) && !(pfd[0].revents & POLLIN);
     std::lock_guard g(mu_);
-    (void)maybe_publish_stats();
-    if (app_waiting_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-        thread_sleep_until_.load(std::memory_order_acquire) == INT64_MAX)
-      kick();
-    return true;
+    if (!pending) ++counters_.app_wait_sleeps;
+    if (rx) drive();
   }
-  pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
-  const bool pending = io_->prepare_wait();  // packets the socket does not show (ShmIo): no sleep
-  const int ready = ::poll(pfd, 2, pending ? 0 : left_ms);
-  const bool slept = !pending;
-  io_->done_wait();
-  const bool interrupted = ready < 0 && errno == EINTR;
-  const bool rx = (pending || (ready > 0 && (pfd[1].revents & POLLIN))) && !(pfd[0].revents & POLLIN);
+  if (spin) {
+    // A signal that came while blocked and was not taken by ppoll() (there
+    // was none, or it returned with fds ready) runs its handler as the mask
+    // goes back: report it as the interruption it is.
+    sigset_t waiting;
+    if (!interrupted && sigpending(&waiting) == 0)
+      for (int sig = 1; sig < NSIG && !interrupted; ++sig) {
+        struct sigaction sa;
+        if (sigismember(&waiting, sig) != 1 || sigismember(&app_mask, sig) != 0 || sigaction(sig, nullptr, &sa) != 0)
+          continue;
+        interrupted = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
+                                                 : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+      }
+    pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
+  }
   std::lock_guard g(mu_);
-  if (slept) ++counters_.app_wait_sleeps;
-  if (rx) drive();
   (void)maybe_publish_stats();  // the progress thread may be asleep for good meanwhile
   // While we slept in the socket the progress thread left it to us and may
-  // be asleep for good; the last waiter to leave hands the socket back.
+  // be asleep for long; the last waiter to leave hands the socket back.
   // (Under the lock: the thread decides and publishes under it too.)
   if (app_waiting_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-      thread_sleep_until_.load(std::memory_order_acquire) == INT64_MAX)
+      thread_sleep_until_.load(std::memory_order_acquire) >
+          (Clock::now() + std::chrono::nanoseconds(kAppTickNs)).time_since_epoch().count())
     kick();
   return !interrupted;
 }
 
 bool Nic::arm_socket() noexcept {
-  if (sock_armed_.exchange(true, std::memory_order_relaxed)) return false;
+  if (sock_armed_.load(std::memory_order_relaxed) || sock_armed_.exchange(true, std::memory_order_relaxed))
+    return false;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.u32 = 1;
@@ -218,6 +240,7 @@ void Nic::progress_thread_main() noexcept {
   int idle_looks = 0;
   int spinner_misses = kSpinnerMisses;  // < kSpinnerMisses: a spinner (see there)
   bool rx_event = false;                // the socket woke us: we held it, its packets are ours
+  bool rewatch = false, unserved = false;
   while (!stop_.load(std::memory_order_acquire)) {
     bool app_active;
     int64_t sleep_until;
@@ -263,8 +286,16 @@ void Nic::progress_thread_main() noexcept {
         }
       }
       // A spinner's wake that found nothing for us is a miss.
-      if (rx_event && app_active && spinner && !slow_poller)
+      if (rx_event && app_active && spinner && !slow_poller) {
         spinner_misses = rx_for_us && got > 0 ? 0 : spinner_misses + 1;
+        if (rx_for_us && got > 0) idle_looks = -1;  // work done: no longer ticks
+      }
+      // The application took what woke us while the hand-over stands (its
+      // poll found the socket still armed, so it did not arm it): watch on.
+      rewatch = spinner && rx_for_us && got == 0;
+      // What woke us and was left to a polling application: look again soon
+      // in case that poll was its last.
+      unserved = rx_event && !waiting && app_active && !rx_for_us && !slow_poller;
       if (waiting) spinner_misses = kSpinnerMisses;  // it waits for events: no spinner
       if (polled && ++idle_looks >= kBusyLooks) {
         idle_looks = 0;
@@ -276,6 +307,9 @@ void Nic::progress_thread_main() noexcept {
       // over when it stops).  One asleep in the socket serves it itself and
       // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
       sleep_until = polled ? (now_ + std::chrono::nanoseconds(tick_ns)).time_since_epoch().count() : INT64_MAX;
+      if (unserved)
+        sleep_until =
+            std::min<int64_t>(sleep_until, (now_ + std::chrono::nanoseconds(kMinTickNs)).time_since_epoch().count());
       if (!timers_.empty()) sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
       if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
@@ -288,7 +322,7 @@ void Nic::progress_thread_main() noexcept {
     if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel))
       sock_armed_.store(false, std::memory_order_relaxed);
     spinner_.store(spinner_misses < kSpinnerMisses, std::memory_order_relaxed);
-    if (!app_active) arm_socket();
+    if (!app_active || rewatch) arm_socket();
     const bool armed = sock_armed_.load(std::memory_order_relaxed);
     if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
       const int64_t limit = Clock::now().time_since_epoch().count() + int64_t(cap) * 1'000'000;
