@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 
+#include "common/epoll_wait.hpp"
 #include "common/log.hpp"
 #include "common/quiet_thread.hpp"
 #include "common/thread_tuning.hpp"
@@ -346,7 +347,7 @@ void Nic::progress_thread_main() noexcept {
     bool handed = false;  // pieces for our XRC SRQs (xrc_share.hpp), whoever holds the socket
     auto inboxes = xrc_sleep(handed);
     static constexpr timespec kNoWait{};
-    const int n = ::epoll_pwait2(epfd_, evs, 3, pending || handed ? &kNoWait : timeout_p, nullptr);
+    const int n = epoll_wait_ns(epfd_, evs, 3, pending || handed ? &kNoWait : timeout_p);
     if (in_socket) io_->done_wait();
     xrc_wake(inboxes);
     rx_event = pending;
