@@ -170,6 +170,7 @@ Result<std::unique_ptr<UdpIo>> UdpIo::open(const UdpConfig& cfg) {
   std::unique_ptr<UdpIo> io(new UdpIo());
   io->v6_ = !cfg.local.is_v4();
   io->batch_ = cfg.batch;
+  io->rx_dirty_ = io->batch_;
   io->max_payload_ = cfg.max_payload;
   const Endpoint want{cfg.local, cfg.port};
   const auto configure = [&](int fd) { return configure_socket(fd, io->v6_, cfg); };
@@ -493,7 +494,9 @@ Status UdpIo::leave_group(const IpAddr& group) {
 size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
   Rings& r = *r_;
   if (rx_cur_ == rx_msgs_) {  // everything handed out: read more
-    for (size_t i = 0; i < batch_; ++i) {
+    // Only the headers the kernel wrote to need their lengths back: an empty
+    // busy poll costs the system call alone, not a pass over the batch.
+    for (size_t i = 0; i < rx_dirty_; ++i) {
       msghdr& h = r.rx_msgs[i].msg_hdr;
       h.msg_namelen = sizeof(sockaddr_storage);
       h.msg_controllen = sizeof(RxControl);
@@ -501,6 +504,8 @@ size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
     }
     // MSG_TRUNC: msg_len reports the datagram's real length.
     const int got = ::recvmmsg(fd, r.rx_msgs.data(), unsigned(batch_), MSG_TRUNC, nullptr);
+    // (and the one after them, should a failed receive have touched it)
+    rx_dirty_ = std::min(batch_, size_t(std::max(got, 0)) + 1);
     if (got <= 0) {  // EAGAIN: nothing waiting
       rx_msgs_ = rx_cur_ = 0;
       return 0;

@@ -130,6 +130,7 @@ class UdpIo final : public PacketIo {
   // Datagrams of the last recvmmsg not yet handed out (a GRO datagram may
   // hold more packets than the caller had room for).
   size_t rx_msgs_ = 0, rx_cur_ = 0, rx_off_ = 0;
+  size_t rx_dirty_ = 0;  // receive headers to reset before the next recvmmsg (open: all)
   uint16_t rx_seg_ = 0;
   std::unique_ptr<Rings> r_;
   IoStats stats_;

@@ -105,16 +105,32 @@ uint32_t unshift_for(uint64_t k) noexcept {
 }  // namespace
 
 Icrc::Icrc(const IpUdpFields& ip, size_t udp_payload_len, std::span<const uint8_t, 12> bth) noexcept {
-  uint8_t buf[kMaxPrefix];
-  size_t n = masked_ip_udp(ip, udp_payload_len, buf);
-  std::memcpy(buf + n, bth.data(), kBthLen);
-  buf[n + 4] = 0xff;  // FECN, BECN, Resv6
-  crc_ = crc32::update(0, std::span(buf, n + kBthLen));
+  static_assert(kMaxPrefix <= kStage);
+  const size_t n = masked_ip_udp(ip, udp_payload_len, stage_);
+  std::memcpy(stage_ + n, bth.data(), kBthLen);
+  stage_[n + 4] = 0xff;  // FECN, BECN, Resv6
+  staged_ = n + kBthLen;
 }
 
-void Icrc::update(std::span<const uint8_t> bytes) noexcept { crc_ = crc32::update(crc_, bytes); }
+void Icrc::update(std::span<const uint8_t> bytes) noexcept {
+  if (staged_ + bytes.size() <= kStage) {
+    if (!bytes.empty()) std::memcpy(stage_ + staged_, bytes.data(), bytes.size());
+    staged_ += bytes.size();
+    return;
+  }
+  crc_ = crc32::update(crc_, std::span<const uint8_t>(stage_, staged_));
+  staged_ = 0;
+  if (bytes.size() <= kStage) {
+    std::memcpy(stage_, bytes.data(), bytes.size());
+    staged_ = bytes.size();
+  } else {
+    crc_ = crc32::update(crc_, bytes);
+  }
+}
 
-uint32_t Icrc::value() const noexcept { return crc_; }
+uint32_t Icrc::value() const noexcept {
+  return staged_ == 0 ? crc_ : crc32::update(crc_, std::span<const uint8_t>(stage_, staged_));
+}
 
 uint32_t compute_icrc(const IpUdpFields& ip, std::span<const uint8_t> udp_payload) noexcept {
   const size_t covered = udp_payload.size() >= kIcrcLen ? udp_payload.size() - kIcrcLen : 0;

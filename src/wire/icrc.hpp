@@ -30,7 +30,9 @@ struct IpUdpFields {
 
 // Incremental ICRC: construct with the IP/UDP fields, the total UDP payload
 // length (BTH .. ICRC inclusive) and the BTH, then feed the rest (extension
-// headers, payload pieces, pad) in order.
+// headers, payload pieces, pad) in order.  Small pieces are gathered and
+// run through the CRC together: a small packet costs one CRC call, not one
+// per piece (each call has a fixed cost of about 100 instructions).
 class Icrc {
  public:
   Icrc(const IpUdpFields& ip, size_t udp_payload_len, std::span<const uint8_t, 12> bth) noexcept;
@@ -38,7 +40,10 @@ class Icrc {
   uint32_t value() const noexcept;  // the ICRC as a number; put_icrc() writes it
 
  private:
-  uint32_t crc_;  // running CRC state
+  static constexpr size_t kStage = 192;
+  uint32_t crc_ = 0;       // CRC of the bytes before the staged ones
+  size_t staged_ = 0;      // bytes in stage_
+  uint8_t stage_[kStage];  // the latest small pieces, not yet in crc_
 };
 
 // ICRC of a whole UDP payload (the last 4 bytes, the ICRC itself, excluded).

@@ -101,6 +101,10 @@ TEST_F(MrTest, DeregisteredKeysNeverResolveAgain) {
     const uint32_t l = (*mr)->lkey(), r = (*mr)->rkey();
     ASSERT_TRUE(seen.insert(l).second) << "lkey handed out again after " << i << " registrations";
     ASSERT_TRUE(seen.insert(r).second) << "rkey handed out again after " << i << " registrations";
+    // Looked up first, so the table holds hints for these keys when they die.
+    ASSERT_EQ(table().lookup(l, KeyKind::local), mr->get());
+    ASSERT_EQ(table().lookup(r, KeyKind::remote), mr->get());
+    ASSERT_EQ(table().lookup(l, KeyKind::remote), nullptr);
     mr->reset();
     ASSERT_EQ(table().lookup(l, KeyKind::local), nullptr);
     ASSERT_EQ(table().lookup(r, KeyKind::remote), nullptr);

@@ -230,14 +230,27 @@ bool MrTable::mark_unmapped(uint64_t lo, uint64_t hi, uint64_t stamp) noexcept {
   return true;
 }
 
-const Mr* MrTable::lookup(uint32_t key, KeyKind kind) const noexcept {
-  KeyFields f = cipher_.decode(key);
-  if (f.slot != slot_ || f.kind != kind || f.index == 0) return nullptr;
-  Entry* chunk = chunks_[f.index / kChunk].load(std::memory_order_acquire);
+const Mr* MrTable::at(uint32_t index, uint32_t key, KeyKind kind) const noexcept {
+  if (index == 0 || index >= kMaxMrs) return nullptr;
+  Entry* chunk = chunks_[index / kChunk].load(std::memory_order_acquire);
   if (!chunk) return nullptr;
-  const Mr* mr = chunk[f.index % kChunk].mr.load(std::memory_order_acquire);
+  const Mr* mr = chunk[index % kChunk].mr.load(std::memory_order_acquire);
   if (!mr) return nullptr;
   return (kind == KeyKind::local ? mr->lkey_ : mr->rkey_) == key ? mr : nullptr;
+}
+
+const Mr* MrTable::lookup(uint32_t key, KeyKind kind) const noexcept {
+  // Keys are distinct host-wide, whatever their kind: the MR found at the
+  // hinted index that bears this key of this kind is the one it names.
+  std::atomic<uint64_t>& hint = hints_[key % kHints];
+  const uint64_t h = hint.load(std::memory_order_relaxed);
+  if (uint32_t(h >> 32) == key)
+    if (const Mr* mr = at(uint32_t(h), key, kind)) return mr;
+  KeyFields f = cipher_.decode(key);
+  if (f.slot != slot_ || f.kind != kind) return nullptr;
+  const Mr* mr = at(f.index, key, kind);
+  if (mr) hint.store(uint64_t(key) << 32 | f.index, std::memory_order_relaxed);
+  return mr;
 }
 
 size_t MrTable::size() const noexcept {
