@@ -245,6 +245,7 @@ Status Client::bandwidth(const Point& p, Outcome& out) {
   // (high bits) and the number of its work requests up to this one.
   struct Flow {
     uint64_t posted = 0, completed = 0, first = 0, at_stop = 0;
+    bool warm = false;  // has completed a whole window
   };
   std::vector<Flow> f(qps.size());
   constexpr int kQpShift = 40;
@@ -260,9 +261,17 @@ Status Client::bandwidth(const Point& p, Outcome& out) {
     f[q].posted += n;
     return {};
   };
+  // The measurement starts once the warm-up time is over and every QP has
+  // completed a whole window: before that, the first polls find the
+  // completions of all the windows posted at the start (with many QPs, far
+  // more than a second's worth) and would count them as if just done.  It
+  // lasts the duration from there.  A QP that never gets a window through
+  // does not stall the test: the warm-up ends regardless after a while.
   const double t0 = now_us();
   const double warm_end = t0 + c_.duration_s * 1e6 / 10;
-  const double end = warm_end + c_.duration_s * 1e6;
+  const double warm_limit = warm_end + 5e6 + c_.duration_s * 1e6;
+  double end = 0;
+  uint32_t warm_qps = 0;
   bool warmed = false, stopping = false;
   double t_first = 0, t_last = 0, t_stop = 0;
   uint32_t draining = 0;  // QPs whose last work request has not completed
@@ -278,15 +287,20 @@ Status Client::bandwidth(const Point& p, Outcome& out) {
     const uint64_t q = wc->wr_id >> kQpShift;
     if (q >= f.size()) return err::io("a completion of no work request of this test");
     f[q].completed = wc->wr_id & ((uint64_t(1) << kQpShift) - 1);
+    if (!f[q].warm && f[q].completed >= window) {
+      f[q].warm = true;
+      ++warm_qps;
+    }
     const double t = now_us();
     t_last = t;
-    if (!warmed && t >= warm_end) {
+    if (!warmed && ((t >= warm_end && warm_qps == qps.size()) || t >= warm_limit)) {
       warmed = true;
       t_first = t;
+      end = t + c_.duration_s * 1e6;
       for (Flow& x : f) x.first = x.completed;
       c0 = bench::sample_cpu(&*ctx_);
     }
-    if (!stopping && t >= end) {
+    if (!stopping && warmed && t >= end) {
       stopping = true;
       t_stop = t;
       // The last work request of each QP must be signaled for its
