@@ -40,6 +40,7 @@ Status Cm::bind(Id* id, const Endpoint& addr) {
   id->port_ = port;
   id->src_ = {addr.addr, p};
   id->bound_ = true;
+  ids_.note_bound(id);
   enter(id, nullptr, *row);
   return {};
 }
@@ -66,6 +67,7 @@ Status Cm::resolve_addr(Id* id, const std::optional<Endpoint>& src, const Endpoi
     if (p == 0) return err::from_errno(EADDRNOTAVAIL, "rdma_resolve_addr: no free port");
     id->src_.port = p;
     id->bound_ = true;
+    ids_.note_bound(id);
   }
   id->port_ = port;
   id->src_.addr = port->address();

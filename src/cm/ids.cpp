@@ -101,9 +101,12 @@ GsiPort* IdTable::loopback_bind_port(const IpAddr& a) const noexcept {
 
 // ------------------------------------------------------------------ ports
 
+void IdTable::note_bound(Id* id) { bound_.emplace(port_key(id->ps_, id->src_.port), id); }
+
 bool IdTable::port_in_use(const Id* self, uint16_t ps, const IpAddr& addr, uint16_t port) const noexcept {
   const bool self_listens = self && self->state_ == State::listen;
-  for (const Id* o : ids_) {
+  for (auto [it, end] = bound_.equal_range(port_key(ps, port)); it != end; ++it) {
+    const Id* o = it->second;
     if (o == self || !o->bound_ || o->ps_ != ps || o->src_.port != port) continue;
     if (!overlap(o->src_.addr, o->afonly_, addr, self && self->afonly_)) continue;
     const bool both_reuse = self && self->reuseaddr_ && o->reuseaddr_;
@@ -181,8 +184,16 @@ IdTable::~IdTable() {
 void IdTable::destroy(Id* id) noexcept {
   // Children not yet accepted keep their own lives (the application got
   // them); they just forget their listener.
-  for (Id* other : ids_)
-    if (other->listener_ == id) other->listener_ = nullptr;
+  // (pending_ counts them: no pass over every id for the others.)
+  if (id->pending_ > 0)
+    for (Id* other : ids_)
+      if (other->listener_ == id) other->listener_ = nullptr;
+  if (id->bound_)
+    for (auto [it, end] = bound_.equal_range(port_key(id->ps_, id->src_.port)); it != end; ++it)
+      if (it->second == id) {
+        bound_.erase(it);
+        break;
+      }
   ids_.erase(id);
   delete id;
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "cm/gsi.hpp"
@@ -59,6 +60,9 @@ class IdTable {
   void destroy(Id* id) noexcept;
 
   // ---- ports and listeners
+  // `id` is now bound to its src_ port in its port space (it stays so until
+  // destroyed): port_in_use looks only at the ids bound to a port.
+  void note_bound(Id* id);
   bool port_in_use(const Id* self, uint16_t ps, const IpAddr& addr, uint16_t port) const noexcept;
   uint16_t ephemeral_port(uint16_t ps);  // 0: none free
   void add_listener(uint64_t sid, Id* id) { listeners_.emplace(sid, id); }
@@ -85,6 +89,11 @@ class IdTable {
   std::mt19937_64& rng_;
   std::vector<GsiPort*> ports_;
   std::set<Id*> ids_;
+  // The bound ids by port space << 16 | port: finding a free port costs one
+  // look-up, not a pass over every id (cmtime: 10,000 connections spent
+  // 370 us each in rdma_resolve_addr, most of it here).
+  static uint32_t port_key(uint16_t ps, uint16_t port) noexcept { return uint32_t(ps) << 16 | port; }
+  std::unordered_multimap<uint32_t, Id*> bound_;
   std::multimap<uint64_t, Id*> listeners_;  // by service ID
   std::vector<Orphan> orphans_;
 };

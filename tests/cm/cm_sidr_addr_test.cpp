@@ -1,6 +1,9 @@
 // The CM state machine: SIDR (UD service resolution), binding, listening and
 // resolving addresses, and the liveness of peers (dead processes of this
 // host, keep-alive probes of another host's).
+#include <set>
+#include <vector>
+
 #include "cm_fixture.hpp"
 
 namespace uroce::cm::test {
@@ -109,6 +112,28 @@ TEST_F(Cm_, BindListenAndResolve) {
   Id* v6 = a.cm.create_id(nullptr, kPsTcp, QpType::rc);
   ASSERT_TRUE(a.cm.resolve_addr(v6, std::nullopt, {*IpAddr::parse("fd00::1"), 1}).ok());
   EXPECT_EQ(a.rec.of(v6), (std::vector<ET>{ET::addr_error}));  // no IPv6 device
+}
+
+// Thousands of ids, bound explicitly or by resolving: each port is taken
+// once per port space, and a destroyed id's port is free again.
+TEST_F(Cm_, ManyIdsTakeDistinctPortsAndFreeThemWhenDestroyed) {
+  std::set<uint16_t> ports;
+  std::vector<Id*> ids;
+  for (int i = 0; i < 3000; ++i) {
+    Id* c = a.cm.create_id(nullptr, kPsTcp, QpType::rc);
+    ASSERT_TRUE(a.cm.resolve_addr(c, std::nullopt, {*IpAddr::parse("10.0.0.2"), 7300}).ok());
+    ASSERT_TRUE(ports.insert(c->src().port).second) << "port " << c->src().port << " handed out twice";
+    ids.push_back(c);
+  }
+  const uint16_t taken = ids[1234]->src().port;
+  Id* other = a.cm.create_id(nullptr, kPsTcp, QpType::rc);
+  EXPECT_EQ(a.cm.bind(other, {IpAddr::from_v4(0), taken}).code(), EADDRINUSE);
+  Id* udp = a.cm.create_id(nullptr, kPsUdp, QpType::ud);
+  EXPECT_TRUE(a.cm.bind(udp, {IpAddr::from_v4(0), taken}).ok());  // another port space
+  a.cm.destroy_id(ids[1234]);
+  EXPECT_TRUE(a.cm.bind(other, {IpAddr::from_v4(0), taken}).ok());
+  Id* third = a.cm.create_id(nullptr, kPsTcp, QpType::rc);
+  EXPECT_EQ(a.cm.bind(third, {IpAddr::from_v4(0), taken}).code(), EADDRINUSE);  // taken again
 }
 
 TEST_F(Cm_, WildcardListenerTakesRequestsAndRepliesGoToTheSender) {
