@@ -9,6 +9,8 @@
   check_tools.py perf-qps UROCE        `uroce perf --qps 5`: every QP's share,
                                        Jain's index over them; SEND refused
   check_tools.py baseline UROCE        `uroce baseline ... --json` likewise
+  check_tools.py scale UROCE           `uroce scale --json`: per-QP and per-MR
+                                       figures; a bad address is an error
 
 Quick (a few seconds each): these check that the tools work, not how fast
 anything is (that is bench/run's job).  Both ends run unpinned on ephemeral
@@ -160,6 +162,23 @@ def pubsub(uroce):
         check(received == 300 and lost == 0 and dup == 0 and corrupted == 0, f"subscriber {r[0]}: all 300 once", out)
 
 
+def scale(uroce):
+    """QPs created, connected and used once each; MRs registered."""
+    j = json.loads(run([uroce, "scale", "--qps", "100", "--mrs", "300", "--send-wr", "32", "--json"]))
+    check(j["ok"] is True, "scale ok", j)
+    q, m = j["qps"], j["mrs"]
+    check(q["n"] == 100 and q["send_wr"] == 32 and q["recv_wr"] == 128, "qps header", q)
+    for k in ("create_us", "connect_us", "write_us", "destroy_us", "bytes_per_qp"):
+        check(number(q[k]) and q[k] > 0, f"qps {k}", q)
+    check(m["n"] == 300 and all(number(m[k]) and m[k] > 0 for k in ("reg_us", "dereg_us")), "mrs", m)
+    check([s["size"] for s in m["reg_us_by_size"]][:2] == [4096, 1 << 20], "registration by size", m)
+    check(all(number(s["us"]) and s["us"] > 0 for s in m["reg_us_by_size"]), "registration times", m)
+    p = subprocess.run([uroce, "scale", "--qps", "4", "--mrs", "0", "--addr", "192.0.2.1", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    bad = json.loads(p.stdout)
+    check(p.returncode == 1 and bad["ok"] is False and "192.0.2.1" in bad["error"], "a foreign address fails", p.stdout)
+
+
 def main():
     what, uroce = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as d:
@@ -174,6 +193,8 @@ def main():
             baseline(uroce)
         elif what == "pubsub":
             pubsub(uroce)
+        elif what == "scale":
+            scale(uroce)
         else:
             sys.exit(f"unknown check {what}")
     print("ok")

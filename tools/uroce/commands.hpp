@@ -20,5 +20,6 @@ Command add_perf(CLI::App& root);
 Command add_baseline(CLI::App& root);
 Command add_exec(CLI::App& root);
 Command add_pubsub(CLI::App& root);
+Command add_scale(CLI::App& root);
 
 }  // namespace uroce::cli

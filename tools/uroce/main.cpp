@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   std::vector<uroce::cli::Command> commands = {
       uroce::cli::add_demo(app),     uroce::cli::add_pingpong(app), uroce::cli::add_perf(app),
       uroce::cli::add_baseline(app), uroce::cli::add_stat(app),     uroce::cli::add_exec(app),
-      uroce::cli::add_pubsub(app),   uroce::cli::add_version(app),
+      uroce::cli::add_pubsub(app),   uroce::cli::add_scale(app),    uroce::cli::add_version(app),
   };
   CLI11_PARSE(app, argc, argv);
   for (const auto& c : commands)
