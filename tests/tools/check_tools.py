@@ -124,7 +124,7 @@ def perf_qps(uroce):
     # warm-up time.  The measurement must start once every QP has a window
     # through, not count those completions as done within it (it once did:
     # 1,024 QPs "moved" 43 GB/s, and here most QPs' shares were 0).
-    dur = 0.3
+    dur = 0.6
     out = run([uroce, "perf", "--json", "--qps", "512", "--window", "8", "--op", "write", "--test", "bw", "--size",
                "16K", "--duration", str(dur), "--udp-port", "0", "--cpus", "none"], timeout=120)
     r = json.loads(out)["results"][0]

@@ -2,7 +2,9 @@
 // once deregistered; registration checks; the key cipher round-trips.
 #include "verbs/mr.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include "verbs/context.hpp"
 #include "verbs/keys.hpp"
 #include "verbs/pd.hpp"
+#include "verbs/process_memory.hpp"
 
 namespace uroce::verbs {
 namespace {
@@ -128,12 +131,37 @@ TEST_F(MrTest, DeregisteredKeysNeverResolveAgain) {
 class MrMapsTest : public MrTest, public ::testing::WithParamInterface<bool> {
  protected:
   void run(const std::function<void()>& checks) {
-    if (GetParam()) return checks();
-    ASSERT_TRUE(test::with_syscall_denied(SYS_ioctl, ENOTTY, checks, 0xc0686611u));  // PROCMAP_QUERY
+    const uint64_t before = process_memory_queries();
+    if (!GetParam()) {
+      refused_before = true;
+      ASSERT_TRUE(test::with_syscall_denied(SYS_ioctl, ENOTTY, checks, kProcmapQuery));
+      return;
+    }
+    checks();
+    // Where the kernel answers such queries, the checks must have used them
+    // (a wrong request number or layout would fall back silently), unless a
+    // refusal earlier in this process made it give them up.
+    if (kernel_answers_queries() && !refused_before) {
+      EXPECT_GT(process_memory_queries(), before) << "registration did not use PROCMAP_QUERY";
+    }
+  }
+  static constexpr uint32_t kProcmapQuery = 0xc0686611u;
+  static inline bool refused_before = false;
+  // Asks the kernel directly about a mapping of ours (struct procmap_query:
+  // 104 bytes, `size` first and the address at byte 16).
+  static bool kernel_answers_queries() {
+    const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    uint64_t q[13] = {};
+    q[0] = sizeof q;
+    q[2] = uint64_t(uintptr_t(&q));
+    const bool ok = ::ioctl(fd, kProcmapQuery, q) == 0;
+    ::close(fd);
+    return ok;
   }
 };
-// (The refusal is remembered for the process: queries first when the binary
-// runs whole; ctest runs each case in its own process.)
+// (The refusal is remembered for the process; ctest runs each case in a
+// process of its own.)
 INSTANTIATE_TEST_SUITE_P(, MrMapsTest, ::testing::Values(true, false),
                          [](const auto& i) { return std::string(i.param ? "MapQueries" : "MapsFileRead"); });
 

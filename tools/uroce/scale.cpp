@@ -63,7 +63,7 @@ struct Side {
   std::vector<QueuePair> qps;
 };
 
-Status open_side(Side& s, const std::string& addr, uint32_t cqe) {
+Status open_side(Side& s, const std::string& addr, uint32_t cqe, size_t buf_bytes = 8 * 4096) {
   auto ip = IpAddr::parse(addr);
   if (!ip) return err::inval("not an address: " + addr);
   DeviceInfo dev;
@@ -79,7 +79,7 @@ Status open_side(Side& s, const std::string& addr, uint32_t cqe) {
   auto cq = s.ctx->create_cq(cqe);
   if (!cq.ok()) return cq.status();
   s.cq = std::move(*cq);
-  s.buf.assign(size_t(8) * 4096, std::byte{0});
+  s.buf.assign(buf_bytes, std::byte{0});
   auto mr = s.pd->reg_mr(s.buf, access::kLocalWrite | access::kRemoteWrite);
   if (!mr.ok()) return mr.status();
   s.mr = std::move(*mr);
@@ -89,8 +89,11 @@ Status open_side(Side& s, const std::string& addr, uint32_t cqe) {
 Status measure_qps(const Options& o, QpFigures& f) {
   f.n = o.qps;
   Side a, b;
-  UROCE_TRY(open_side(a, o.addr, o.qps + 64));
-  UROCE_TRY(open_side(b, o.peer_addr, 64));
+  // A slot of 8 bytes per QP: no two QPs write the same bytes (WRITEs of
+  // different QPs land in no particular order).
+  const size_t buf = std::max<size_t>(8 * 4096, size_t(o.qps) * 8);
+  UROCE_TRY(open_side(a, o.addr, o.qps + 64, buf));
+  UROCE_TRY(open_side(b, o.peer_addr, 64, buf));
   a.qps.reserve(o.qps);
   b.qps.reserve(o.qps);
   const uint64_t rss0 = rss_bytes();
@@ -115,8 +118,8 @@ Status measure_qps(const Options& o, QpFigures& f) {
   }
   f.connect_us = (bench::now_us() - t) / (2.0 * o.qps);
 
-  // Each of A's QPs writes its index (8 bytes, inline) to a slot of B's
-  // buffer; all must complete and the last writer of each slot be seen.
+  // Each of A's QPs writes its index (8 bytes, inline) to its own slot of
+  // B's buffer; all must complete and every slot hold its QP's index.
   const size_t slots = a.buf.size() / 8;
   t = bench::now_us();
   for (uint32_t i = 0; i < o.qps; ++i) {

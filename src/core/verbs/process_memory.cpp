@@ -126,6 +126,7 @@ static_assert(sizeof(ProcmapQuery) == 104);
 constexpr unsigned long kProcmapQuery = 0xc0686611;  // _IOWR('f', 17, struct procmap_query)
 constexpr uint64_t kVmaReadable = 0x1, kVmaWritable = 0x2;
 std::atomic<bool> g_no_query{false};  // the kernel has no PROCMAP_QUERY
+std::atomic<uint64_t> g_queries{0};   // checks it answered
 
 // As scan(), by queries; nullopt where the kernel cannot answer so.  The file
 // is opened for each check: a descriptor kept open would answer for the
@@ -162,10 +163,13 @@ std::optional<std::string> query(uint64_t addr, uint64_t end, uint64_t page, boo
     cur = q.vma_end;
   }
   ::close(fd);
+  if (why) g_queries.fetch_add(1, std::memory_order_relaxed);
   return why;
 }
 
 }  // namespace
+
+uint64_t process_memory_queries() noexcept { return g_queries.load(std::memory_order_relaxed); }
 
 Status check_process_memory(uint64_t addr, uint64_t len, bool need_write) {
   if (len == 0) return {};

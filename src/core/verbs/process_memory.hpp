@@ -15,8 +15,13 @@
 
 namespace uroce::verbs {
 
-// OK, or EFAULT naming the first page that fails and why.  Reads
-// /proc/self/maps (falls back to a mapped-only check where it is missing).
+// OK, or EFAULT naming the first page that fails and why.  Asks the kernel
+// about each mapping of the range (PROCMAP_QUERY, Linux 6.11+), else reads
+// /proc/self/maps (else, without /proc, checks only that it is mapped).
 Status check_process_memory(uint64_t addr, uint64_t len, bool need_write);
+
+// Checks answered by PROCMAP_QUERY so far in this process (tests: which way
+// the checks went).
+uint64_t process_memory_queries() noexcept;
 
 }  // namespace uroce::verbs
