@@ -9,4 +9,11 @@ sigset_t quiet_signal_mask() noexcept {
   return s;
 }
 
+bool signal_has_handler(int sig, bool* restarts) noexcept {
+  struct sigaction sa;
+  if (sigaction(sig, nullptr, &sa) != 0) return false;
+  if (restarts) *restarts = (sa.sa_flags & SA_RESTART) != 0;
+  return (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+}
+
 }  // namespace uroce

@@ -22,6 +22,11 @@ namespace uroce {
 // The signal mask of uroce's threads: every signal but the synchronous ones.
 sigset_t quiet_signal_mask() noexcept;
 
+// Whether the application has installed a handler for `sig` (neither SIG_DFL
+// nor SIG_IGN), and, in *restarts, whether it asked for SA_RESTART: what
+// decides if a wait it interrupts ends with EINTR.
+bool signal_has_handler(int sig, bool* restarts = nullptr) noexcept;
+
 // Starts `f` on a std::thread named `name` (at most 15 characters, shown by
 // ps and gdb) with quiet_signal_mask(); the caller's mask is unchanged
 // afterwards (also if the thread cannot be created: the std::system_error

@@ -168,10 +168,12 @@ class Nic {
   // Progress from a thread that found its CQ empty; returns the packets
   // received.
   size_t drive() noexcept;
-  // Sleep until `fd` is readable or a packet arrives (processing packets
-  // meanwhile), at most timeout_ms (-1: forever).  Returns when fd readable
-  // or timed out (true), or when a signal handler interrupted the sleep
-  // (false: poll() failed with EINTR).
+  // Waits until `fd` is readable, at most timeout_ms (-1: forever),
+  // processing packets meanwhile: first it keeps receiving while packets
+  // keep coming (one waiter at a time, with the application's signals
+  // blocked), then it sleeps until `fd` or a packet.  Returns true when fd
+  // is readable, a packet was taken or the time is up; false when a signal
+  // handler interrupted the wait (EINTR).
   bool wait_on(int fd, int timeout_ms) noexcept;
 
   void start_progress_thread();

@@ -167,13 +167,8 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
     // goes back: report it as the interruption it is.
     sigset_t waiting;
     if (!interrupted && sigpending(&waiting) == 0)
-      for (int sig = 1; sig < NSIG && !interrupted; ++sig) {
-        struct sigaction sa;
-        if (sigismember(&waiting, sig) != 1 || sigismember(&app_mask, sig) != 0 || sigaction(sig, nullptr, &sa) != 0)
-          continue;
-        interrupted = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
-                                                 : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
-      }
+      for (int sig = 1; sig < NSIG && !interrupted; ++sig)
+        interrupted = sigismember(&waiting, sig) == 1 && sigismember(&app_mask, sig) == 0 && signal_has_handler(sig);
     pthread_sigmask(SIG_SETMASK, &app_mask, nullptr);
   }
   std::lock_guard g(mu_);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/quiet_thread.hpp"
 #include "transport/nic.hpp"
 #include "verbs/context.hpp"
 #include "verbs/cq.hpp"
@@ -28,11 +29,8 @@ namespace {
 bool restart_after_signal() noexcept {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS) continue;
-    struct sigaction sa;
-    if (sigaction(sig, nullptr, &sa) != 0) continue;
-    const bool handler = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
-                                                    : (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN);
-    if (handler && !(sa.sa_flags & SA_RESTART)) return false;
+    bool restarts = false;
+    if (signal_has_handler(sig, &restarts) && !restarts) return false;
   }
   return true;
 }
