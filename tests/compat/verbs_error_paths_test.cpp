@@ -172,7 +172,7 @@ TEST_F(Verbs, SrqReceiveBuffersAreCheckedAgainstTheSrqsPd) {
   ibv_pd* other = ibv_alloc_pd(ctx_);
   ASSERT_NE(other, nullptr);
   std::vector<uint8_t> mem(65536, 0);
-  ibv_mr* in_srq_pd = ibv_reg_mr(other, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* in_srq_pd = ibv_reg_mr(other, mem.data(), mem.size(), int(IBV_ACCESS_LOCAL_WRITE));
   ASSERT_NE(in_srq_pd, nullptr);
   ibv_srq_init_attr si{};
   si.attr = {16, 1, 0};
