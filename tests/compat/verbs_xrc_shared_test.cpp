@@ -7,9 +7,14 @@
 // completion's fields; a message before any WQE waits (RNR) rather than
 // failing; what cannot cross (RDMA, another domain) is refused at the sender.
 #include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "verbs_xrc_fixture.hpp"
 
@@ -72,17 +77,27 @@ class XrcShared : public Xrc {
     _exit(HasFailure() ? 1 : 0);
   }
   static void put_u32(int fd, uint32_t v) { ASSERT_EQ(::write(fd, &v, sizeof v), ssize_t(sizeof v)); }
+  // Bounded: a process that never answers is a failure, not a hang.
   static uint32_t get_u32(int fd) {
     uint32_t v = 0;
     pollfd p{fd, POLLIN, 0};
-    EXPECT_EQ(::poll(&p, 1, 20000), 1) << "the other process said nothing in 20 s";
-    EXPECT_EQ(::read(fd, &v, sizeof v), ssize_t(sizeof v));
+    const int ready = ::poll(&p, 1, 20000);
+    EXPECT_EQ(ready, 1) << "the other process said nothing in 20 s";
+    if (ready == 1) {
+      EXPECT_EQ(::read(fd, &v, sizeof v), ssize_t(sizeof v));
+    }
     return v;
   }
   static bool child_ok(pid_t pid) {
     int status = 0;
-    if (::waitpid(pid, &status, 0) != pid) return false;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    for (int i = 0; i < 300; ++i) {  // 30 s
+      if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "the child did not end in 30 s: killed";
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return false;
   }
   ibv_wc send_to(uint32_t srqn, ibv_wr_opcode opcode, size_t off, uint32_t len, uint32_t imm = 0) {
     ibv_sge g = sge(off, len);

@@ -276,11 +276,16 @@ class Nic {
   // configured port (one NIC of a process per pair).
   Endpoint share_dev() const { return {local_.addr, cfg_.port}; }
   size_t drain_xrc_inboxes() noexcept;
-  // Around the progress thread's sleep: announces it to every inbox (true
-  // if one has pieces waiting: do not sleep) and returns them for
-  // xrc_wake().  Their producers ring xrc_bell_fd_, which it polls.
-  std::vector<std::shared_ptr<XrcInbox>> xrc_sleep(bool& pending) noexcept;
-  static void xrc_wake(std::vector<std::shared_ptr<XrcInbox>>& inboxes) noexcept;
+  // Around the progress thread's sleep: announces it to every inbox (sets
+  // `pending` if one has pieces waiting: do not sleep), keeping them in
+  // xrc_sleeping_ for xrc_wake().  Their producers ring xrc_bell_fd_, which
+  // it polls.  The list is the thread's own and keeps its capacity: a sleep
+  // allocates nothing (an allocation outside the NIC lock can be under way
+  // when the application forks, and a child of an allocator that does not
+  // guard fork, such as the sanitizers', would wait for it forever).
+  void xrc_sleep(bool& pending) noexcept;
+  void xrc_wake() noexcept;
+  std::vector<std::shared_ptr<XrcInbox>> xrc_sleeping_;
   uint32_t next_xrc_srq_ = 1;  // index where the next search starts
   void leave_if_empty(const IpAddr& group) noexcept;
   int epfd_ = -1;

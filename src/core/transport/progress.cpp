@@ -340,11 +340,11 @@ void Nic::progress_thread_main() noexcept {
     const bool in_socket = armed;  // sleeping in the socket: say so to the I/O
     bool pending = in_socket && io_->prepare_wait();
     bool handed = false;  // pieces for our XRC SRQs (xrc_share.hpp), whoever holds the socket
-    auto inboxes = xrc_sleep(handed);
+    xrc_sleep(handed);
     static constexpr timespec kNoWait{};
     const int n = epoll_wait_ns(epfd_, evs, 3, pending || handed ? &kNoWait : timeout_p);
     if (in_socket) io_->done_wait();
-    xrc_wake(inboxes);
+    xrc_wake();
     rx_event = pending;
     if (pending) sock_armed_.store(false, std::memory_order_relaxed);  // as a one-shot socket event
     for (int i = 0; i < n; ++i) {

@@ -106,20 +106,21 @@ size_t Nic::drain_xrc_inboxes() noexcept {
   return n;
 }
 
-std::vector<std::shared_ptr<XrcInbox>> Nic::xrc_sleep(bool& pending) noexcept {
-  std::vector<std::shared_ptr<XrcInbox>> v;
-  if (!have_inboxes_.load(std::memory_order_acquire)) return v;
+void Nic::xrc_sleep(bool& pending) noexcept {
+  std::vector<std::shared_ptr<XrcInbox>>& v = xrc_sleeping_;
+  v.clear();
+  if (!have_inboxes_.load(std::memory_order_acquire)) return;
   {
+    // (Any growth of the list happens here, under the lock a fork takes.)
     std::lock_guard g(mu_);
     for (auto& [srqn, box] : xrc_inboxes_) v.push_back(box);
   }
   for (auto& box : v) pending = box->prepare_sleep() || pending;
-  return v;
 }
 
-void Nic::xrc_wake(std::vector<std::shared_ptr<XrcInbox>>& inboxes) noexcept {
-  for (auto& box : inboxes) box->end_sleep();
-  inboxes.clear();
+void Nic::xrc_wake() noexcept {
+  for (auto& box : xrc_sleeping_) box->end_sleep();
+  xrc_sleeping_.clear();
 }
 
 RecvSource* Nic::find_xrc_srq(uint32_t srqn) const noexcept {
