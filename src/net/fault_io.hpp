@@ -70,6 +70,10 @@ class FaultIo final : public PacketIo {
   Status join_group(const IpAddr& group) override;
   Status leave_group(const IpAddr& group) override { return inner_->leave_group(group); }
   uint16_t gso_max_segments() const noexcept override { return cfg_.tx.any() ? 0 : inner_->gso_max_segments(); }
+  // With faults configured, this I/O stands for a network between the hosts.
+  bool host_local(const IpAddr& dst) noexcept override {
+    return !cfg_.tx.any() && !cfg_.rx.any() && inner_->host_local(dst);
+  }
   IoStats stats() const noexcept override;
 
   const FaultConfig& config() const noexcept { return cfg_; }

@@ -126,6 +126,16 @@ class PacketIo {
   // when this I/O cannot send trains.
   virtual uint16_t gso_max_segments() const noexcept { return 0; }
 
+  // Whether packets to `dst` stay inside this host (an address of one of
+  // its interfaces, or of the loopback subnet): the path then has no
+  // network queue, and its delay is the two ends' scheduling alone.  False
+  // where unknown, and for I/O that stands for a network (FakeIo, FaultIo
+  // with faults configured).
+  virtual bool host_local(const IpAddr& dst) noexcept {
+    (void)dst;
+    return false;
+  }
+
   virtual IoStats stats() const noexcept = 0;
 };
 

@@ -48,6 +48,7 @@ class PcapIo final : public PacketIo {
   Status join_group(const IpAddr& group) override { return inner_->join_group(group); }
   Status leave_group(const IpAddr& group) override { return inner_->leave_group(group); }
   uint16_t gso_max_segments() const noexcept override { return inner_->gso_max_segments(); }
+  bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
   IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:

@@ -86,6 +86,7 @@ class ShmIo final : public PacketIo {
   int max_sleep_ms() const noexcept override { return 50; }
   size_t max_payload() const noexcept override { return udp_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
+  bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }
   IoStats stats() const noexcept override;
 
   UdpIo& udp() noexcept { return *udp_; }

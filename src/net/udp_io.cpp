@@ -491,6 +491,17 @@ Status UdpIo::leave_group(const IpAddr& group) {
   return err::inval("multicast group " + group.to_string() + " was not joined");
 }
 
+bool UdpIo::host_local(const IpAddr& dst) noexcept {
+  if (dst.is_multicast() || dst.is_unspecified()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  for (const LocalAnswer& a : local_answers_)
+    if (a.addr == dst && a.at != decltype(now){} && now - a.at < std::chrono::seconds(1)) return a.local;
+  const bool local = interface_index(dst) != 0;
+  std::move_backward(local_answers_.begin(), local_answers_.end() - 1, local_answers_.end());
+  local_answers_[0] = LocalAnswer{dst, local, now};
+  return local;
+}
+
 size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
   Rings& r = *r_;
   if (rx_cur_ == rx_msgs_) {  // everything handed out: read more

@@ -13,7 +13,9 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -80,6 +82,9 @@ class UdpIo final : public PacketIo {
   Status leave_group(const IpAddr& group) override;
   size_t max_payload() const noexcept override { return max_payload_; }
   uint16_t gso_max_segments() const noexcept override { return gso_ ? kMaxGsoSegments : 0; }
+  // Asks the interfaces (net/interface_index.hpp); the answer for the
+  // latest few addresses is kept for a second.
+  bool host_local(const IpAddr& dst) noexcept override;
   IoStats stats() const noexcept override { return stats_; }
 
   // Socket buffer sizes in effect (as getsockopt reports them: the kernel
@@ -134,6 +139,12 @@ class UdpIo final : public PacketIo {
   uint16_t rx_seg_ = 0;
   std::unique_ptr<Rings> r_;
   IoStats stats_;
+  struct LocalAnswer {
+    IpAddr addr;
+    bool local = false;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::array<LocalAnswer, 4> local_answers_{};  // host_local(), newest first
 };
 
 }  // namespace uroce::net

@@ -416,6 +416,7 @@ class TrainIo final : public PacketIo {
   size_t max_payload() const noexcept override { return 4160; }
   uint16_t gso_max_segments() const noexcept override { return 64; }
   IoStats stats() const noexcept override { return {}; }
+  bool host_local(const IpAddr&) noexcept override { return true; }  // as UDP to 127.0.0.2 is
   std::vector<uint16_t> gso;
   UniqueFd efd{::eventfd(0, EFD_NONBLOCK)};
 };
@@ -433,6 +434,20 @@ TEST(FaultIo, TrainsAreSplitWhileSendsAreInjected) {
   TxPacket p[3] = {{kB, b, {}, {}, 0, 3}, {kB, b, {}, {}, 0, 0}, {kB, b, {}, {}, 0, 0}};
   EXPECT_EQ((*f)->send_batch(p), 3u);
   for (uint16_t g : t->gso) EXPECT_EQ(g, 0);
+}
+
+// With faults configured a FaultIo stands for a network, whatever its inner
+// I/O says of the destination; without, it says what the inner one does.
+TEST(FaultIo, ANetworkWithFaultsIsNeverHostLocal) {
+  const IpAddr lo = *IpAddr::parse("127.0.0.2");
+  auto quiet = FaultIo::wrap(std::make_unique<TrainIo>(), FaultConfig{});
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_TRUE((*quiet)->host_local(lo));
+  auto rx = FaultIo::wrap(std::make_unique<TrainIo>(), FaultConfig{.rx = {.drop = 0.5}});
+  auto tx = FaultIo::wrap(std::make_unique<TrainIo>(), tx_only({.dup = 0.0001}));
+  ASSERT_TRUE(rx.ok() && tx.ok());
+  EXPECT_FALSE((*rx)->host_local(lo));
+  EXPECT_FALSE((*tx)->host_local(lo));
 }
 
 TEST(FaultIo, FromEnvironment) {

@@ -140,6 +140,23 @@ TEST(UdpIo, Ipv6LoopbackBatchGathered) {
   check_loopback(kLo6, read_sysctl("/proc/sys/net/ipv6/conf/lo/hop_limit", 64));
 }
 
+// Packets to an address of this host, or anywhere in 127.0.0.0/8, never
+// leave it; the rest may.
+TEST(UdpIo, HostLocalAddressesAreOursAndTheLoopbackSubnet) {
+  auto io = open_io(kLo4);
+  ASSERT_TRUE(io);
+  EXPECT_TRUE(io->host_local(kLo4));
+  EXPECT_TRUE(io->host_local(*IpAddr::parse("127.0.0.2")));
+  EXPECT_TRUE(io->host_local(*IpAddr::parse("127.255.0.9")));
+  EXPECT_FALSE(io->host_local(*IpAddr::parse("192.0.2.1")));  // TEST-NET-1: documentation only
+  EXPECT_FALSE(io->host_local(*IpAddr::parse("2001:db8::1")));
+  EXPECT_FALSE(io->host_local(*IpAddr::parse("224.0.0.1")));
+  EXPECT_FALSE(io->host_local(IpAddr{}));
+  // asked again (the kept answers), the same
+  EXPECT_TRUE(io->host_local(*IpAddr::parse("127.0.0.2")));
+  EXPECT_FALSE(io->host_local(*IpAddr::parse("192.0.2.1")));
+}
+
 TEST(UdpIo, WildcardBindReportsDestinationAddress) {
   auto a = open_io(kLo4), b = open_io(IpAddr::from_v4(0));
   ASSERT_TRUE(a && b);

@@ -292,5 +292,29 @@ TEST(RcSwift, RandomLossLeavesTheWindowGoBackNHalvesIt) {
   }
 }
 
+// A peer on this host (UDP over loopback) whose process gets no CPU for a
+// while answers late, but no network queue stands behind that: the window,
+// which the same late answer through a network cuts (above), stays, and the
+// requester neither resends nor times out.
+TEST(RcSwift, ALatePeerOnThisHostIsNoQueue) {
+  Pair p(swift());  // UDP sockets, 127.0.0.1 <-> 127.0.0.2
+  for (uint64_t id = 1; id <= 4; ++id) write_and_wait(p, 4096, id);
+  fill_pattern(p.a.buf.data(), 64 * 1024, 9);
+  Sge sge = p.a.sge(0, 64 * 1024);
+  {
+    // B's process gets no CPU: nothing of B's runs without its NIC's lock.
+    std::lock_guard<std::mutex> stalled(p.b.ctx->nic().mu());
+    ASSERT_TRUE(post_send(*p.a.qp, make_wr(9, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
+    std::this_thread::sleep_for(40ms);
+  }
+  expect_one(*p.a.scq, 9, WcOpcode::rdma_write, 64 * 1024);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 64 * 1024), -1);
+  const Counters ca = p.a.counters();
+  EXPECT_GE(ca.req_rtt_samples, 5u);
+  EXPECT_EQ(ca.cc_delay_cuts, 0u);
+  EXPECT_EQ(ca.req_window_cuts, 0u);
+  EXPECT_EQ(ca.req_timeouts, 0u);
+}
+
 }  // namespace
 }  // namespace uroce::test

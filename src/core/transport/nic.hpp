@@ -115,6 +115,9 @@ class Nic {
     if (gid.is_multicast()) return {gid, net::kRoceV2Port};
     return ports_.resolve(gid, qpn, fresh);
   }
+  // Whether packets to `addr` stay inside this host (net::PacketIo::host_local).
+  // NIC lock held.
+  bool host_local(const IpAddr& addr) noexcept { return io_ && io_->host_local(addr); }
 
   // UD multicast (ibv_attach_mcast): QP `qpn` receives what is sent to
   // multicast GID `group` (QPN 0xFFFFFF); the first QP of a group joins it

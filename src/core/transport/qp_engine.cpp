@@ -301,6 +301,7 @@ void QpEngine::refresh_peer() noexcept {
   if (e.port != peer.port && peer.port != 0)
     UROCE_LOG(debug, "qp 0x%x: peer %s now at %s", qpn_, peer.to_string().c_str(), e.to_string().c_str());
   peer = e;
+  host_local = nic_->host_local(peer.addr);
   icrc_ip.dst = peer.addr;
   icrc_ip.dst_port = peer.port;
 }

@@ -129,6 +129,7 @@ class QpEngine {
   RequesterState req;     // requester + completer
   ResponderState resp;
   Endpoint peer;                           // RC/UC: the peer's UDP endpoint
+  bool host_local = false;                 // RC/UC: the peer is on this host (Nic::host_local)
   wire::IpUdpFields icrc_ip;               // RC/UC: ICRC fields of packets to the peer
   uint32_t mtu = 1024;                     // path MTU in bytes
   RecvSource* xrc_target = nullptr;        // XRC_RECV: the SRQ of the request at hand (or last handled)
