@@ -2,7 +2,7 @@
 writes bench/results/loaded.md from the tool already built): four CPU-bound processes beside both ends,
 all on the machine's CPUs and nothing pinned (a shared CI runner, a laptop
 building something).  Each figure beside kernel TCP or UDP under the same
-load, medians of three runs:
+load (bandwidth: medians of three runs; round trips: one run of 2 s):
 
   iperf3 1 MiB writes                against  uroce perf RC WRITE 1 MiB (passive
                                               server; busy and wait-for-notify
@@ -50,19 +50,32 @@ def measure(suite, run, background, free_port, quick):
     def attempt(name, fn):  # a step that fails is a row with its error
         try:
             res[name] = fn()
-        except RuntimeError as e:
-            res[name] = {"error": str(e)[-300:]}
+        except (RuntimeError, ValueError, KeyError, OSError) as e:
+            res[name] = {"error": f"{type(e).__name__}: {e}"[-300:]}
+
+    def runs(fn):  # n runs; one that fails leaves the others
+        got, err = [], None
+        for _ in range(n):
+            try:
+                got.append(fn())
+            except RuntimeError as e:
+                err = e
+        if not got:
+            raise err or RuntimeError("no run")
+        return got
 
     def iperf3():
         port = free_port()
         with background(["iperf3", "-s", "-1", "-p", str(port)]):
-            time.sleep(0.3)
-            out = run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", str(MiB), "-t", dur, "-J"], 60,
-                      check=False)
-        try:
-            return {"bytes_per_s": json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8}
-        except (ValueError, KeyError) as e:
-            raise RuntimeError(f"iperf3: no figure ({e}) in {out[-300:]}")
+            for _ in range(20):  # the server may be slow to start on a loaded host
+                time.sleep(0.25)
+                out = run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", str(MiB), "-t", dur, "-J"], 60,
+                          check=False)
+                try:
+                    return {"bytes_per_s": json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8}
+                except (ValueError, KeyError, TypeError):
+                    pass
+        raise RuntimeError(f"iperf3: no figure in {out[-300:]}")
 
     def perf(*opts):
         return suite.perf(*opts, "--duration", dur, cpus="none")["results"][0]
@@ -74,10 +87,11 @@ def measure(suite, run, background, free_port, quick):
             time.sleep(0.5)
             out = run(["qperf", "127.0.0.1", "-lp", str(port), "-t", dur, "-m", str(MiB), "rc_rdma_write_bw"], 60,
                       env={"LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"]})
-        m = re.search(r"bw\s*=\s*([\d.,]+)\s*(MB|GB)/sec", out)
+        m = re.search(r"bw\s*=\s*([\d.,]+)\s*(bytes|KB|MB|GB)/sec", out)
         if not m:
             raise RuntimeError(f"qperf: no figure in {out[-300:]}")
-        return {"bytes_per_s": float(m.group(1).replace(",", "")) * (1e9 if m.group(2) == "GB" else 1e6)}
+        unit = {"bytes": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+        return {"bytes_per_s": float(m.group(1).replace(",", "")) * unit}
 
     def udp_blocking():
         return run([suite.uroce, "baseline", "udp-pingpong", "--wait", "blocking", "--size", "8", "--cpus", "none",
@@ -85,14 +99,14 @@ def measure(suite, run, background, free_port, quick):
 
     bw = lambda r: r.get("bytes_per_s")  # noqa: E731
     with _hogs(background, HOGS):
-        attempt("tcp", lambda: _median([iperf3() for _ in range(n)], bw))
+        attempt("tcp", lambda: _median(runs(iperf3), bw))
         attempt("write_busy", lambda: _median(
-            [perf("--op", "write", "--test", "bw", "--size", "1M", "--server", "sleep") for _ in range(n)], bw))
+            runs(lambda: perf("--op", "write", "--test", "bw", "--size", "1M", "--server", "sleep")), bw))
         attempt("write_notify", lambda: _median(
-            [perf("--op", "write", "--test", "bw", "--size", "1M", "--server", "sleep", "--wait", "notify")
-             for _ in range(n)], bw))
+            runs(lambda: perf("--op", "write", "--test", "bw", "--size", "1M", "--server", "sleep", "--wait",
+                              "notify")), bw))
         if shutil.which("qperf"):
-            attempt("qperf_write", lambda: _median([qperf() for _ in range(n)], bw))
+            attempt("qperf_write", lambda: _median(runs(qperf), bw))
         attempt("udp_blocking", lambda: json.loads(udp_blocking())["rtt_us"])
         attempt("send_notify", lambda: perf("--op", "send", "--test", "lat", "--size", "8", "--wait",
                                             "notify")["rtt_us"])
@@ -128,6 +142,7 @@ def main():
     import datetime
     import importlib.machinery
     import importlib.util
+    import signal
     import subprocess
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -136,21 +151,28 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "results", "loaded.md"))
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    missing = [t for t in ("iperf3", "timeout") if not shutil.which(t)]
+    if missing:
+        raise SystemExit(f"bench/loaded.py: missing {', '.join(missing)} (apt-get install iperf3)")
     loader = importlib.machinery.SourceFileLoader("bench_run", os.path.join(here, "run"))
     spec = importlib.util.spec_from_loader("bench_run", loader)
     br = importlib.util.module_from_spec(spec)
     loader.exec_module(br)
     args = argparse.Namespace(build_dir=os.path.abspath(a.build_dir), cpus=(0, 1), repeats=1, quick=a.quick)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the hogs and servers go too
+        signal.signal(sig, br._on_signal)
     load_before = br.loadavg()
     res = measure(br.Suite(args), br.run, br.Background, br.free_port, a.quick)
     rows = []
     add_rows(lambda what, value, unit, base_name, base, target=None, better="lower", note="": rows.append(
         (what, br.value_str(value, unit), base_name, br.value_str(base, unit), br.ratio(value, base), note)), res)
-    git = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    git = subprocess.run(["git", "-C", here, "describe", "--always", "--dirty"], capture_output=True,
+                         text=True).stdout
     L = [f"# uroce on a loaded host ({datetime.datetime.now():%Y-%m-%d %H:%M}, git {git.strip()})", "",
          f"`python3 bench/loaded.py` (also a phase of bench/run). {HOGS} CPU-bound processes (`sh -c 'while :; do :; "
          f"done'`) beside both ends on the machine's {os.cpu_count()} CPUs, nothing pinned; load average before "
-         f"{load_before}. Bandwidth: medians of three 2 s runs.", "",
+         f"{load_before}. Bandwidth: medians of {1 if a.quick else 3} runs of {1 if a.quick else 2} s; round "
+         f"trips: one run.", "",
          "| uroce | figure | baseline | figure | ratio |", "|---|---:|---|---:|---:|"]
     for what, v, base_name, b, r, _ in rows:
         L.append(f"| {what} | {v} | {base_name} | {b} | {'' if r is None else f'{r:.2f}x'} |")

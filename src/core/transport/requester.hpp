@@ -49,7 +49,7 @@ inline uint32_t window_pkts(const QpEngine& qp) noexcept {
 enum class Loss : uint8_t { seq_nak, read_gap, timeout };
 void window_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept;
 // Whether `qp`'s window is delay-based (CcMode::swift, selective repeat,
-// a peer that keeps packets after a loss or may).
+// a peer that keeps packets after a loss or may, not on this host).
 bool delay_based(const Nic& nic, const QpEngine& qp) noexcept;
 // A round trip was measured (selective.cpp): the delay-based window moves.
 void window_on_rtt(Nic& nic, QpEngine& qp, Clock::duration rtt) noexcept;

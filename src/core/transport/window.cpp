@@ -7,7 +7,7 @@
 // showed a queue; a gap in READ responses (resent from the gap on) halves
 // the window.
 //
-// Otherwise (a go-back-N peer, UROCE_SR=0, UROCE_CC=dcqcn/none) loss-based AIMD, the simplest congestion control: a
+// Otherwise (a go-back-N peer, a peer on this host, UROCE_SR=0, UROCE_CC=dcqcn/none) loss-based AIMD, the simplest congestion control: a
 // loss halves the window once per window of packets in flight (later losses of the same window are the same event; a
 // peer that keeps turns a sequence NAK into one resend, so that is no cut), a retransmission timeout takes it to the
 // minimum, and every window's worth of acknowledged packets adds
@@ -60,7 +60,7 @@ void cut_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
 // Not to a peer on this host: no network queue lies on that path, and its
 // round trips measure only when the two processes get a CPU.  On a loaded
 // host (four CPU-bound processes on two CPUs) they reach milliseconds, and
-// the delay-based window, cut to 3 packets, moved 40-140 MB/s where TCP
+// the delay-based window, cut to 3 packets, moved 72-140 MB/s where TCP
 // moved 2.3 GB/s; what that path can overflow, the receiver's socket buffer
 // or ring, shows as loss.
 bool delay_based(const Nic& nic, const QpEngine& qp) noexcept {
