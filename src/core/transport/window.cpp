@@ -7,11 +7,10 @@
 // showed a queue; a gap in READ responses (resent from the gap on) halves
 // the window.
 //
-// Otherwise (a go-back-N peer, a peer on this host, UROCE_SR=0, UROCE_CC=dcqcn/none) loss-based AIMD, the simplest congestion control: a
-// loss halves the window once per window of packets in flight (later losses of the same window are the same event; a
-// peer that keeps turns a sequence NAK into one resend, so that is no cut), a retransmission timeout takes it to the
-// minimum, and every window's worth of acknowledged packets adds
-// kWindowGrowPkts.
+// Otherwise (a go-back-N peer, a peer on this host, UROCE_SR=0, UROCE_CC=dcqcn/none) loss-based AIMD, the simplest
+// congestion control: a loss halves the window once per window of packets in flight (later losses of the same window
+// are the same event; a peer that keeps turns a sequence NAK into one resend, so that is no cut), a retransmission
+// timeout takes it to the minimum, and every window's worth of acknowledged packets adds kWindowGrowPkts.
 #include <algorithm>
 
 #include "transport/psn.hpp"
