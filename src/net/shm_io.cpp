@@ -206,11 +206,26 @@ size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
   if (due) udp_due_.store(false, std::memory_order_relaxed);
   due = due || udp_->rx_buffered() || now >= udp_next_ || now < udp_hot_until_;
   if (due) {
+    const uint64_t bells = udp_->doorbells_rx();
     const size_t m = udp_->recv_batch(out.subspan(n));
     udp_next_ = now + cfg_.udp_poll_interval;
     if (m > 0) udp_hot_until_ = now + kUdpHot;
     n += m;
+    if (ring_ && udp_->doorbells_rx() != bells) n += rewake(out.subspan(n));
   }
+  return n;
+}
+
+// We swallowed a doorbell.  It may have been meant for another thread of
+// ours that announced its sleep but had not yet entered poll(): that thread
+// now sleeps with the latch set, and later publishes would ring no bell
+// (the lost wake-up behind transport.Over/UdPath.QkeyCheck/Shm's flakes).
+// Re-arm the latch, then take what was published before it; what does not
+// fit in `out` rings the bell for the sleeper at once.
+size_t ShmIo::rewake(std::span<RxPacket> out) noexcept {
+  ring_->rearm_bell();
+  const size_t n = ring_->take_more(out);
+  if (n == out.size() && ring_->need_doorbell()) udp_->send_doorbell(udp_->local());
   return n;
 }
 

@@ -78,11 +78,11 @@ class ShmIo final : public PacketIo {
   Status leave_group(const IpAddr& group) override { return udp_->leave_group(group); }
   bool prepare_wait() noexcept override;
   void done_wait() noexcept override;
-  // A sleeper looks at the ring at least this often: under heavy load a
-  // packet was seen to stay in the ring with its consumer asleep and no
-  // doorbell sent (transport.Over/UdPath.QkeyCheck/Shm, about 6 runs in 10
-  // with the machine busy, since at least b5d43fc): a lost wake-up not yet
-  // understood, bounded by this until it is.
+  // A sleeper looks at the ring at least this often, a safety net.  It was
+  // what bounded a lost wake-up (a packet left in the ring, its consumer
+  // asleep: transport.Over/UdPath.QkeyCheck/Shm, about 6 runs in 10 with
+  // the machine busy): a doorbell swallowed by a busy thread of ours before
+  // the sleeper entered poll().  rewake() now rings again.
   int max_sleep_ms() const noexcept override { return 50; }
   size_t max_payload() const noexcept override { return udp_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
@@ -107,6 +107,7 @@ class ShmIo final : public PacketIo {
   size_t peer(const Endpoint& ep, Clock::time_point now) noexcept;  // index in peers_
   void refresh(Peer& p, Clock::time_point now) noexcept;
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
+  size_t rewake(std::span<RxPacket> out) noexcept;
 
   std::unique_ptr<UdpIo> udp_;
   std::shared_ptr<ShmRing> ring_;

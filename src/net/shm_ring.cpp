@@ -335,10 +335,22 @@ bool ShmRing::prepare_sleep() noexcept {
 
 void ShmRing::end_sleep() noexcept { hdr_->sleepers.fetch_sub(1, kRel); }
 
+void ShmRing::rearm_bell() noexcept {
+  hdr_->bell.store(0, kSc);
+  // Our next look at the slots (take_more) must not pass the store: a
+  // producer that publishes after that look then reads bell == 0.
+  std::atomic_thread_fence(kSc);
+}
+
 size_t ShmRing::take(std::span<RxPacket> out) noexcept {
-  uint64_t h = head_.load(kRlx);
+  const uint64_t h = head_.load(kRlx);
   for (uint64_t p = h - held_; p != h; ++p) slot_at(p).word.store(word((p >> shift_) + 1, State::free), kRel);
   held_ = 0;
+  return take_more(out);
+}
+
+size_t ShmRing::take_more(std::span<RxPacket> out) noexcept {
+  uint64_t h = head_.load(kRlx);
   size_t n = 0;
   uint64_t bytes = 0, skipped = skipped_;
   while (n < out.size()) {

@@ -197,6 +197,14 @@ class ShmRing {
   // Frees the slots handed out by the last take(), then hands out up to
   // out.size() packets in order; their data stays valid until the next take().
   size_t take(std::span<RxPacket> out) noexcept;
+  // take() without freeing: hands out more packets, after those of the last
+  // take(), all valid until the next take().
+  size_t take_more(std::span<RxPacket> out) noexcept;
+  // A doorbell was swallowed by someone who did not sleep (the socket is
+  // shared by the consumer's threads): clears the latch, so that the next
+  // publish rings again for a thread still asleep.  The caller then takes
+  // what was published before (take_more), which may have rung no bell.
+  void rearm_bell() noexcept;
   // Before sleeping in the socket: announces the sleep; true if a slot is
   // already waiting (then do not sleep).  Thread-safe against take().
   bool prepare_sleep() noexcept;

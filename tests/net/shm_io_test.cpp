@@ -216,6 +216,35 @@ TEST_F(ShmTest, DoorbellWakesASleeperOnlyWhenItSleeps) {
   EXPECT_EQ(a->udp().stats().doorbells_tx, 1u);
 }
 
+// The socket is shared by the consumer's threads: one may announce its sleep
+// (prepare_wait) and, before it enters poll(), another one busy-polling
+// swallows the doorbell meant for it.  The next publish must ring again.
+TEST_F(ShmTest, DoorbellSwallowedByAnotherThreadIsRungAgain) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  const Bytes pkt = make_pkt(5, 1, 64);
+  const TxPacket tx = tx_of(pkt, b->local());
+  ASSERT_FALSE(b->prepare_wait());  // thread 1 is about to sleep
+  ASSERT_EQ(a->send_batch({&tx, 1}), 1u);
+  EXPECT_EQ(a->udp().stats().doorbells_tx, 1u);
+  // Thread 2 polls: the packet, then (ring empty) the socket and its doorbell.
+  std::vector<RxPacket> one(1);
+  ASSERT_EQ(b->recv_batch(one), 1u);
+  EXPECT_EQ(Bytes(one[0].data.begin(), one[0].data.end()), pkt);
+  const auto deadline = Clock::now() + 3s;
+  while (b->udp().stats().doorbells_rx == 0 && Clock::now() < deadline) EXPECT_EQ(b->recv_batch(one), 0u);
+  ASSERT_EQ(b->udp().stats().doorbells_rx, 1u);
+  // Thread 1 still has not slept; a's next packet must wake it.
+  ASSERT_EQ(a->send_batch({&tx, 1}), 1u);
+  EXPECT_EQ(a->udp().stats().doorbells_tx, 2u);
+  pollfd p{b->wait_fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 2000), 1) << "thread 1 would sleep with a packet in the ring";
+  b->done_wait();
+  auto got = recv_n(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, pkt);
+}
+
 TEST_F(ShmTest, StaleRingOfADeadProcessIsNotUsedAndIsCleaned) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
