@@ -1,10 +1,12 @@
 #include "net/shm_io.hpp"
 
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "common/log.hpp"
@@ -16,6 +18,7 @@ constexpr auto kRecheck = std::chrono::seconds(1);               // a ring in us
 constexpr auto kRecheckAbsent = std::chrono::milliseconds(250);  // no ring: has one appeared?
 constexpr auto kUdpHot = std::chrono::milliseconds(1);           // datagrams came lately: read every time
 constexpr size_t kMaxPeers = 1024;
+constexpr size_t kBellToken = 0;  // the ring header's user word holding the bell's token
 
 }  // namespace
 
@@ -54,7 +57,19 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
       const size_t n = ShmRing::clean_stale(io->dir_);
       if (n) UROCE_LOG(info, "shm: removed %zu ring files of dead processes from %s", n, io->dir_.c_str());
     }
+    auto bell = ShmBell::open();
+    if (!bell.ok()) return bell.status();
+    auto ringer = ShmBell::open_ringer();
+    if (!ringer.ok()) return ringer.status();
+    io->ep_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (!io->ep_.valid() || ::epoll_ctl(io->ep_.get(), EPOLL_CTL_ADD, bell->fd(), &ev) != 0)
+      return err::from_errno(errno, "shm: epoll for the bell");
+    io->ringer_ = std::move(*ringer);
     ShmRing::CreateOptions opt = cfg.ring;
+    opt.user[kBellToken] = bell->token();
+    io->bell_.emplace(std::move(*bell));
     opt.payload_max = udp->max_payload();
     auto ring = ShmRing::create(shm_ring_path(io->dir_, local), opt);
     if (!ring.ok()) return ring.status();
@@ -65,7 +80,40 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
   io->udp_out_.reserve(2 * kMaxBatch);
   io->touched_.reserve(16);
   io->udp_ = std::move(udp);
+  if (io->ep_.valid()) io->watch_udp();
   return io;
+}
+
+void ShmIo::watch_udp() noexcept {
+  const int fd = udp_->wait_fd();
+  if (fd == ep_udp_fd_) return;
+  if (ep_udp_fd_ >= 0) (void)::epoll_ctl(ep_.get(), EPOLL_CTL_DEL, ep_udp_fd_, nullptr);  // (gone if closed)
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    UROCE_LOG(warn, "shm: cannot watch the UDP socket: %s", std::strerror(errno));
+  ep_udp_fd_ = fd;
+}
+
+Status ShmIo::join_group(const IpAddr& group) {
+  Status s = udp_->join_group(group);
+  if (ep_.valid()) watch_udp();
+  return s;
+}
+
+Status ShmIo::leave_group(const IpAddr& group) {
+  Status s = udp_->leave_group(group);
+  if (ep_.valid()) watch_udp();
+  return s;
+}
+
+void ShmIo::ring_bell(Peer& p) noexcept {
+  if (ShmBell::ring(ringer_.get(), p.ring->header().user[kBellToken].load(std::memory_order_relaxed))) {
+    ++bells_tx_;
+    return;
+  }
+  // Unrung, the latch must not stay set: the next producer rings instead.
+  p.ring->header().bell.store(0, std::memory_order_release);
 }
 
 ShmIo::~ShmIo() {
@@ -141,7 +189,7 @@ bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
     const Clock::time_point now = Clock::now();
     if (first_full == Clock::time_point{}) {
       first_full = now;
-      if (p.ring->need_doorbell()) udp_->send_doorbell(p.ep);
+      if (p.ring->need_doorbell()) ring_bell(p);
       if (!p.ring->owner_alive()) {  // nobody will ever empty it
         p.recheck = now;
         p.full = true;
@@ -192,7 +240,7 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   for (size_t i : touched_) {
     Peer& p = peers_[i];
     p.full = false;
-    if (p.ring && p.ring->need_doorbell()) udp_->send_doorbell(p.ep);
+    if (p.ring && p.ring->need_doorbell()) ring_bell(p);
   }
   if (!udp_out_.empty()) sent += udp_->send_batch(udp_out_);
   return sent;
@@ -206,33 +254,29 @@ size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
   if (due) udp_due_.store(false, std::memory_order_relaxed);
   due = due || udp_->rx_buffered() || now >= udp_next_ || now < udp_hot_until_;
   if (due) {
-    const uint64_t bells = udp_->doorbells_rx();
     const size_t m = udp_->recv_batch(out.subspan(n));
     udp_next_ = now + cfg_.udp_poll_interval;
     if (m > 0) udp_hot_until_ = now + kUdpHot;
     n += m;
-    if (ring_ && udp_->doorbells_rx() != bells) n += rewake(out.subspan(n));
   }
-  return n;
-}
-
-// We swallowed a doorbell.  It may have been meant for another thread of
-// ours that announced its sleep but had not yet entered poll(): that thread
-// now sleeps with the latch set, and later publishes would ring no bell
-// (the lost wake-up behind transport.Over/UdPath.QkeyCheck/Shm's flakes).
-// Re-arm the latch, then take what was published before it; what does not
-// fit in `out` rings the bell for the sleeper at once.
-size_t ShmIo::rewake(std::span<RxPacket> out) noexcept {
-  ring_->rearm_bell();
-  const size_t n = ring_->take_more(out);
-  if (n == out.size() && ring_->need_doorbell()) udp_->send_doorbell(udp_->local());
   return n;
 }
 
 bool ShmIo::prepare_wait() noexcept { return ring_ ? ring_->prepare_sleep() : false; }
 
 void ShmIo::done_wait() noexcept {
-  if (ring_) ring_->end_sleep();
+  if (ring_) {
+    ring_->end_sleep();
+    // The bell may have been meant for another thread of ours that announced
+    // its sleep but had not yet entered poll(): it now sleeps with the latch
+    // set.  Re-arm it, so that the next publish rings again, and ring for
+    // it what was published before (our caller may not receive now).
+    if (const size_t rang = bell_->drain(); rang > 0) {
+      bells_rx_.fetch_add(rang, std::memory_order_relaxed);
+      ring_->rearm_bell();
+      if (ring_->waiting() && ring_->need_doorbell()) (void)ShmBell::ring(ringer_.get(), bell_->token());
+    }
+  }
   udp_due_.store(true, std::memory_order_relaxed);  // whatever woke us may be in the socket
 }
 
@@ -243,6 +287,8 @@ IoStats ShmIo::stats() const noexcept {
   s.tx_errors += shm_full_ + shm_lost_;
   s.shm_tx_packets = shm_tx_;
   s.shm_tx_full = shm_full_;
+  s.doorbells_tx = bells_tx_;
+  s.doorbells_rx = bells_rx_.load(std::memory_order_relaxed);
   if (ring_) {
     s.shm_rx_packets = ring_->rx_packets();
     s.shm_rx_skipped = ring_->skipped();

@@ -23,10 +23,12 @@
 // sleep, or while datagrams came in the last millisecond), so polling an
 // empty ring costs no system call either.
 //
-// Sleeping: prepare_wait() marks the ring's consumer asleep; a producer that
-// publishes into a ring whose consumer sleeps sends one doorbell datagram to
-// its socket, which wakes the poll/epoll on wait_fd() (the socket) and is
-// swallowed by UdpIo.
+// Sleeping: wait_fd() is an epoll set of the UDP socket and the ring's bell
+// (net/shm_bell.hpp).  prepare_wait() marks the ring's consumer asleep; a
+// producer that publishes into a ring whose consumer sleeps rings the bell
+// once (a latch in the ring header, re-armed at the next sleep), which
+// wakes the poll/epoll on wait_fd().  done_wait() reads the bell.  The bell
+// is not the RoCEv2 socket: a capture of the UDP port sees no trace of it.
 //
 // Enabled in the NIC by UROCE_SHM=1 (off by default: captures and Soft-RoCE
 // on the same host see only what goes through the kernel).
@@ -35,10 +37,12 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "net/packet_io.hpp"
+#include "net/shm_bell.hpp"
 #include "net/shm_ring.hpp"
 #include "net/udp_io.hpp"
 
@@ -73,16 +77,16 @@ class ShmIo final : public PacketIo {
   uint16_t tx_ipv4_frag() const noexcept override { return udp_->tx_ipv4_frag(); }
   size_t send_batch(std::span<const TxPacket> pkts) noexcept override;
   size_t recv_batch(std::span<RxPacket> out) noexcept override;
-  int wait_fd() const noexcept override { return udp_->wait_fd(); }
-  Status join_group(const IpAddr& group) override { return udp_->join_group(group); }
-  Status leave_group(const IpAddr& group) override { return udp_->leave_group(group); }
+  int wait_fd() const noexcept override { return ep_.valid() ? ep_.get() : udp_->wait_fd(); }
+  Status join_group(const IpAddr& group) override;
+  Status leave_group(const IpAddr& group) override;
   bool prepare_wait() noexcept override;
   void done_wait() noexcept override;
   // A sleeper looks at the ring at least this often, a safety net.  It was
   // what bounded a lost wake-up (a packet left in the ring, its consumer
   // asleep: transport.Over/UdPath.QkeyCheck/Shm, about 6 runs in 10 with
-  // the machine busy): a doorbell swallowed by a busy thread of ours before
-  // the sleeper entered poll().  rewake() now rings again.
+  // the machine busy): a bell read by another thread of ours before the
+  // sleeper entered poll().  done_wait() now re-arms the latch.
   int max_sleep_ms() const noexcept override { return 50; }
   size_t max_payload() const noexcept override { return udp_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
@@ -107,10 +111,15 @@ class ShmIo final : public PacketIo {
   size_t peer(const Endpoint& ep, Clock::time_point now) noexcept;  // index in peers_
   void refresh(Peer& p, Clock::time_point now) noexcept;
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
-  size_t rewake(std::span<RxPacket> out) noexcept;
+  void ring_bell(Peer& p) noexcept;
+  void watch_udp() noexcept;  // (re)puts the UDP side's wait_fd() in ep_
 
   std::unique_ptr<UdpIo> udp_;
   std::shared_ptr<ShmRing> ring_;
+  std::optional<ShmBell> bell_;  // with ring_
+  UniqueFd ringer_;              // rings the peers' bells
+  UniqueFd ep_;                  // wait_fd(): the UDP side and bell_
+  int ep_udp_fd_ = -1;           // the UDP side's wait_fd() in ep_
   std::string dir_;
   ShmConfig cfg_;
   bool use_shm_ = false;  // our address is specific: peers can tell it is us
@@ -121,7 +130,8 @@ class ShmIo final : public PacketIo {
   // Socket polling of recv_batch.
   std::atomic<bool> udp_due_{true};
   Clock::time_point udp_next_{}, udp_hot_until_{};
-  uint64_t shm_tx_ = 0, shm_tx_bytes_ = 0, shm_full_ = 0, shm_lost_ = 0;
+  uint64_t shm_tx_ = 0, shm_tx_bytes_ = 0, shm_full_ = 0, shm_lost_ = 0, bells_tx_ = 0;
+  std::atomic<uint64_t> bells_rx_{0};  // done_wait() runs on any thread
 };
 
 }  // namespace uroce::net

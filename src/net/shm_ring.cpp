@@ -326,6 +326,10 @@ bool ShmRing::need_doorbell() noexcept {
 bool ShmRing::prepare_sleep() noexcept {
   hdr_->bell.store(0, kRlx);
   hdr_->sleepers.fetch_add(1, kSc);
+  return waiting();
+}
+
+bool ShmRing::waiting() const noexcept {
   const uint64_t h = head_.load(kAcq);
   const uint64_t w = slot_at(h).word.load(kSc);
   // Anything but "free for our position" may need us (a WRITING slot too:
@@ -337,20 +341,15 @@ void ShmRing::end_sleep() noexcept { hdr_->sleepers.fetch_sub(1, kRel); }
 
 void ShmRing::rearm_bell() noexcept {
   hdr_->bell.store(0, kSc);
-  // Our next look at the slots (take_more) must not pass the store: a
-  // producer that publishes after that look then reads bell == 0.
+  // Our next look at the slots must not pass the store: a producer that
+  // publishes after that look then reads bell == 0.
   std::atomic_thread_fence(kSc);
 }
 
 size_t ShmRing::take(std::span<RxPacket> out) noexcept {
-  const uint64_t h = head_.load(kRlx);
+  uint64_t h = head_.load(kRlx);
   for (uint64_t p = h - held_; p != h; ++p) slot_at(p).word.store(word((p >> shift_) + 1, State::free), kRel);
   held_ = 0;
-  return take_more(out);
-}
-
-size_t ShmRing::take_more(std::span<RxPacket> out) noexcept {
-  uint64_t h = head_.load(kRlx);
   size_t n = 0;
   uint64_t bytes = 0, skipped = skipped_;
   while (n < out.size()) {

@@ -55,7 +55,7 @@ namespace uroce::net {
 namespace shm {
 
 inline constexpr uint64_t kMagic = 0x31474e4952524d55ull;  // "UMRRING1"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;                    // 2: bells on Unix sockets (shm_bell.hpp)
 inline constexpr size_t kHeaderSize = 4096;
 inline constexpr size_t kSlotHeader = 64;
 inline constexpr uint32_t kDefaultSlots = 2048;
@@ -197,18 +197,17 @@ class ShmRing {
   // Frees the slots handed out by the last take(), then hands out up to
   // out.size() packets in order; their data stays valid until the next take().
   size_t take(std::span<RxPacket> out) noexcept;
-  // take() without freeing: hands out more packets, after those of the last
-  // take(), all valid until the next take().
-  size_t take_more(std::span<RxPacket> out) noexcept;
-  // A doorbell was swallowed by someone who did not sleep (the socket is
-  // shared by the consumer's threads): clears the latch, so that the next
+  // The bell was read by a thread that may not be the one it was rung for
+  // (the consumer's threads share it): clears the latch, so that the next
   // publish rings again for a thread still asleep.  The caller then takes
-  // what was published before (take_more), which may have rung no bell.
+  // what was published before, which may have rung no bell.  Any thread.
   void rearm_bell() noexcept;
   // Before sleeping in the socket: announces the sleep; true if a slot is
   // already waiting (then do not sleep).  Thread-safe against take().
   bool prepare_sleep() noexcept;
   void end_sleep() noexcept;
+  // A slot waits to be taken (or skipped).  Any thread.
+  bool waiting() const noexcept;
   uint64_t skipped() const noexcept { return skipped_; }
   uint64_t rx_packets() const noexcept { return rx_packets_; }
 

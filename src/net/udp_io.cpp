@@ -17,7 +17,6 @@
 #include <string>
 
 #include "common/log.hpp"
-#include "net/doorbell.hpp"
 #include "net/interface_index.hpp"
 #include "net/proc_info.hpp"
 
@@ -360,17 +359,6 @@ size_t UdpIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   return sent;
 }
 
-bool UdpIo::send_doorbell(const Endpoint& dst) noexcept {
-  if (dst.addr.is_v4() == v6_) return false;
-  sockaddr_storage ss;
-  const socklen_t len = dst.to_sockaddr(ss);
-  if (::sendto(fd_.get(), kDoorbell, sizeof kDoorbell, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&ss), len) !=
-      ssize_t(sizeof kDoorbell))
-    return false;
-  ++stats_.doorbells_tx;
-  return true;
-}
-
 void UdpIo::parse_rx(size_t i) noexcept {
   Rings& r = *r_;
   const msghdr& h = r.rx_msgs[i].msg_hdr;
@@ -419,13 +407,7 @@ void UdpIo::parse_rx(size_t i) noexcept {
 
 size_t UdpIo::recv_batch(std::span<RxPacket> out) noexcept {
   if (out.empty()) return 0;
-  // A batch of nothing but doorbells says nothing about what follows it.
-  for (int round = 0; round < 4; ++round) {
-    const bool fresh = rx_cur_ == rx_msgs_;
-    const size_t n = recv_some(out, fd_.get());
-    if (n > 0) return n;
-    if (fresh && rx_msgs_ < batch_) break;  // the socket is drained
-  }
+  if (const size_t n = recv_some(out, fd_.get()); n > 0) return n;
   for (const McastSocket& m : mcast_)  // then the multicast groups
     if (const size_t n = recv_some(out, m.fd.get()); n > 0) return n;
   return 0;
@@ -533,22 +515,16 @@ size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
     const size_t len = std::min(m.len, rx_buf_size_);
     const size_t seg = m.gso ? std::min(m.gso, len - rx_off_) : len;
     uint8_t* const data = static_cast<uint8_t*>(r.rx_iov[rx_cur_].iov_base) + rx_off_;
-    if (!m.truncated && is_doorbell({data, seg})) {
-      // A shared-memory producer woke us (ShmIo): not a packet.
-      ++stats_.doorbells_rx;
-      stats_.rx_bytes -= std::min<uint64_t>(stats_.rx_bytes, seg);
-    } else {
-      RxPacket& p = out[n++];
-      p.data = {data, seg};
-      p.truncated = m.truncated || seg > max_payload_;
-      p.src = m.src;
-      p.dst = m.dst;
-      p.tos = m.tos;
-      p.ttl = m.ttl;
-      p.ipv4_id_hint = rx_seg_;
-      ++stats_.rx_packets;
-      if (p.truncated) ++stats_.rx_truncated;
-    }
+    RxPacket& p = out[n++];
+    p.data = {data, seg};
+    p.truncated = m.truncated || seg > max_payload_;
+    p.src = m.src;
+    p.dst = m.dst;
+    p.tos = m.tos;
+    p.ttl = m.ttl;
+    p.ipv4_id_hint = rx_seg_;
+    ++stats_.rx_packets;
+    if (p.truncated) ++stats_.rx_truncated;
     rx_off_ += seg;
     ++rx_seg_;
     if (rx_off_ >= len || seg == 0) {

@@ -98,11 +98,6 @@ class UdpIo final : public PacketIo {
   // Datagrams of the last recvmmsg not handed out yet (recv_batch() returns
   // them without a system call).
   bool rx_buffered() const noexcept { return rx_cur_ < rx_msgs_; }
-  uint64_t doorbells_rx() const noexcept { return stats_.doorbells_rx; }
-  // Sends a doorbell datagram (net/doorbell.hpp) to dst; counted in
-  // stats().doorbells_tx, not as a packet.  Received doorbells are swallowed
-  // by recv_batch() and counted in doorbells_rx.
-  bool send_doorbell(const Endpoint& dst) noexcept;
 
  private:
   struct Rings;  // the preallocated msghdr / iovec / cmsg / buffer arrays
