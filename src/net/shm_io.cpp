@@ -19,6 +19,12 @@ constexpr auto kRecheckAbsent = std::chrono::milliseconds(250);  // no ring: has
 constexpr auto kUdpHot = std::chrono::milliseconds(1);           // datagrams came lately: read every time
 constexpr size_t kMaxPeers = 1024;
 constexpr size_t kBellToken = 0;  // the ring header's user word holding the bell's token
+constexpr uint32_t kGsiQpn = 1;
+constexpr uint32_t kQpnIndexBits = 14;  // QPNs are registry slot << 14 | index (net/registry.hpp)
+
+bool same_qp_slot(const TxPacket& a, const TxPacket& b) noexcept {
+  return a.head.size() >= 8 && b.head.size() >= 8 && a.head[5] == b.head[5] && (a.head[6] >> 6) == (b.head[6] >> 6);
+}
 
 }  // namespace
 
@@ -29,9 +35,10 @@ bool ShmIo::enabled_by_env() noexcept {
   return s == "1" || s == "on" || s == "true" || s == "yes";
 }
 
-std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp) {
+std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot) {
   if (!enabled_by_env()) return udp;
   ShmConfig cfg;
+  cfg.slot = slot;
   if (const char* n = std::getenv("UROCE_SHM_SLOTS"); n && *n) cfg.ring.slots = uint32_t(std::strtoul(n, nullptr, 10));
   auto shm = wrap(std::move(udp), cfg);
   if (shm.ok()) return std::move(*shm);
@@ -71,7 +78,8 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
     opt.user[kBellToken] = bell->token();
     io->bell_.emplace(std::move(*bell));
     opt.payload_max = udp->max_payload();
-    auto ring = ShmRing::create(shm_ring_path(io->dir_, local), opt);
+    io->slot_ = udp->port_shared() ? cfg.slot : -1;
+    auto ring = ShmRing::create(shm_ring_path(io->dir_, local, io->slot_), opt);
     if (!ring.ok()) return ring.status();
     io->ring_ = std::move(*ring);
     ShmRing::publish_local(io->ring_);
@@ -120,15 +128,16 @@ ShmIo::~ShmIo() {
   if (ring_) ring_->close();  // other NICs of this process may still hold it: close it now
 }
 
-size_t ShmIo::peer(const Endpoint& ep, Clock::time_point now) noexcept {
+size_t ShmIo::peer(const Endpoint& ep, int slot, Clock::time_point now) noexcept {
   size_t i = last_peer_;
-  if (i >= peers_.size() || peers_[i].ep != ep) {
+  if (i >= peers_.size() || peers_[i].ep != ep || peers_[i].slot != slot) {
     i = 0;
-    while (i < peers_.size() && peers_[i].ep != ep) ++i;
+    while (i < peers_.size() && (peers_[i].ep != ep || peers_[i].slot != slot)) ++i;
     if (i == peers_.size()) {
       Peer p;
       p.ep = ep;
-      p.path = shm_ring_path(dir_, ep);
+      p.slot = slot;
+      p.path = shm_ring_path(dir_, ep, slot);
       p.recheck = Clock::time_point::min();
       peers_.push_back(std::move(p));
     }
@@ -205,6 +214,21 @@ bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
   }
 }
 
+// The ring a packet goes to: that of its destination QP's slot among the
+// processes sharing the destination port, else that of the destination's
+// own port.
+ShmIo::Peer* ShmIo::ring_peer(const TxPacket& pkt, Clock::time_point now) noexcept {
+  if (pkt.head.size() < 8) return nullptr;
+  const uint32_t qpn = uint32_t(pkt.head[5]) << 16 | uint32_t(pkt.head[6]) << 8 | pkt.head[7];
+  if (qpn == kGsiQpn) return nullptr;
+  size_t i = peer(pkt.dst, int(qpn >> kQpnIndexBits), now);
+  if (!peers_[i].ring) i = peer(pkt.dst, -1, now);
+  Peer& p = peers_[i];
+  if (!p.ring || pkt.size() > p.ring->payload_max()) return nullptr;
+  if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) touched_.push_back(i);
+  return &p;
+}
+
 size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   const Clock::time_point now = Clock::now();
   if (peers_.size() >= kMaxPeers) {
@@ -218,22 +242,24 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
     const TxPacket& first = pkts[k];
     const size_t segs = first.gso_segments > 1 ? std::min<size_t>(first.gso_segments, pkts.size() - k) : 1;
     Peer* p = nullptr;
-    if (use_shm_ && first.dst.addr.is_v4() == udp_->local().addr.is_v4()) {
-      const size_t i = peer(first.dst, now);
-      p = &peers_[i];
-      if (!p->ring || first.size() > p->ring->payload_max()) {
-        p = nullptr;
-      } else if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) {
-        touched_.push_back(i);
-      }
-    }
+    if (use_shm_ && first.dst.addr.is_v4() == udp_->local().addr.is_v4()) p = ring_peer(first, now);
     if (!p) {  // by UDP, trains as they are
       udp_out_.insert(udp_out_.end(), pkts.begin() + ptrdiff_t(k), pkts.begin() + ptrdiff_t(k + segs));
     } else {
       // A train becomes one slot per packet; packet j carries the ICRC its
-      // sender computed for IPv4 ID j, as a GRO receive would report it.
-      for (size_t j = 0; j < segs; ++j)
-        if (put(*p, pkts[k + j], uint16_t(j))) ++sent;
+      // sender computed for IPv4 ID j, as a GRO receive would report it.  A
+      // train may hold packets of several QPs of the destination endpoint.
+      const size_t first_peer = size_t(p - peers_.data());
+      for (size_t j = 0; j < segs; ++j) {
+        const TxPacket& pkt = pkts[k + j];
+        Peer* q = j == 0 || same_qp_slot(pkt, first) ? &peers_[first_peer] : ring_peer(pkt, now);
+        if (q) {
+          if (put(*q, pkt, uint16_t(j))) ++sent;
+        } else {
+          udp_out_.push_back(pkt);
+          udp_out_.back().gso_segments = 1;  // (its ICRC is for IPv4 ID j: the receiver solves it)
+        }
+      }
     }
     k += segs;
   }

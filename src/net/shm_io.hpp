@@ -6,10 +6,12 @@
 // injection (FaultIo wraps a ShmIo like any PacketIo) do not change.
 //
 // Each ShmIo with a specific local address owns an inbound ShmRing (see
-// shm_ring.hpp) named after (user, network namespace, address, port).  To
-// send, it looks for the ring of the destination (addr, port): if there is
-// one whose owner lives, the packet is copied into a slot of it; otherwise
-// it goes out through the UDP socket.  The answer is cached per destination
+// shm_ring.hpp) named after (user, network namespace, address, port, and
+// the registry slot where processes share the port).  To send, it looks for
+// the ring of the destination (addr, port, the slot in the destination QP
+// number): if there is one whose owner lives, the packet is copied into a
+// slot of it; otherwise it goes out through the UDP socket.  Packets to QP1
+// (connection management, steered by service ID) always take the socket.  The answer is cached per destination
 // and checked again every second (a replaced file, e.g. a restarted peer,
 // is noticed by its inode; a ring closed by its owner at once).  A ring that
 // stays full for kFullWait drops the packet (tx_errors, shm_tx_full), as a
@@ -57,6 +59,10 @@ struct ShmConfig {
   std::chrono::microseconds full_wait{200};
   // Remove ring files of dead processes when opening.
   bool clean_stale = true;
+  // Our registry slot, the top bits of our QP numbers (net/registry.hpp):
+  // when the UDP port is shared with other processes, our ring is named
+  // after it, and a packet goes to the ring of its destination QP's slot.
+  int slot = -1;
 };
 
 class ShmIo final : public PacketIo {
@@ -69,7 +75,7 @@ class ShmIo final : public PacketIo {
   static bool enabled_by_env() noexcept;
   // What the NIC uses: `udp` wrapped in a ShmIo when UROCE_SHM asks for it
   // (and it can be made: else a warning and `udp` as it is).
-  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp);
+  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot = -1);
   ~ShmIo() override;
 
   Endpoint local() const noexcept override { return udp_->local(); }
@@ -102,13 +108,15 @@ class ShmIo final : public PacketIo {
  private:
   struct Peer {
     Endpoint ep;
+    int slot = -1;  // of the destination QP, where its port is shared
     std::string path;
     std::shared_ptr<ShmRing> ring;  // null: this destination is reached by UDP
     Clock::time_point recheck;
     bool full = false;  // full for good in this batch
   };
   ShmIo() = default;
-  size_t peer(const Endpoint& ep, Clock::time_point now) noexcept;  // index in peers_
+  size_t peer(const Endpoint& ep, int slot, Clock::time_point now) noexcept;  // index in peers_
+  Peer* ring_peer(const TxPacket& pkt, Clock::time_point now) noexcept;       // null: by UDP
   void refresh(Peer& p, Clock::time_point now) noexcept;
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
   void ring_bell(Peer& p) noexcept;
@@ -123,6 +131,7 @@ class ShmIo final : public PacketIo {
   std::string dir_;
   ShmConfig cfg_;
   bool use_shm_ = false;  // our address is specific: peers can tell it is us
+  int slot_ = -1;         // our ring's slot (port shared), else -1
   std::vector<Peer> peers_;
   size_t last_peer_ = 0;
   std::vector<TxPacket> udp_out_;  // the packets of a batch that go by UDP

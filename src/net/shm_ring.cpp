@@ -71,10 +71,10 @@ Result<std::string> shm_dir() {
   return runtime_dir();
 }
 
-std::string shm_ring_path(const std::string& dir, const Endpoint& ep) {
+std::string shm_ring_path(const std::string& dir, const Endpoint& ep, int slot) {
   static const uint64_t netns = ns_inode("net");
   return dir + "/" + prefix() + std::to_string(netns) + "-" + ep.addr.to_string() + "-" + std::to_string(ep.port) +
-         ".ring";
+         (slot >= 0 ? "-s" + std::to_string(slot) : std::string()) + ".ring";
 }
 
 Result<std::unique_ptr<ShmRing>> ShmRing::create(const std::string& path, const CreateOptions& opt) {

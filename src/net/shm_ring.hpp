@@ -111,8 +111,10 @@ constexpr pid_t pid_of(uint64_t w) { return pid_t(w & kPidMask); }
 // Where ring files live: $UROCE_SHM_DIR if set and non-empty, else
 // runtime_dir() (an error if that is not ours alone).
 Result<std::string> shm_dir();
-// The ring file of the NIC receiving on `ep` in our network namespace.
-std::string shm_ring_path(const std::string& dir, const Endpoint& ep);
+// The ring file of the NIC receiving on `ep` in our network namespace; of
+// the one with registry slot `slot` among those that share `ep`'s port
+// (net/port_group.hpp), if slot >= 0.
+std::string shm_ring_path(const std::string& dir, const Endpoint& ep, int slot = -1);
 
 // What a producer writes besides the packet.
 struct ShmMeta {

@@ -98,6 +98,8 @@ class UdpIo final : public PacketIo {
   // Datagrams of the last recvmmsg not handed out yet (recv_batch() returns
   // them without a system call).
   bool rx_buffered() const noexcept { return rx_cur_ < rx_msgs_; }
+  // Whether we share the port with other processes (a port group).
+  bool port_shared() const noexcept { return group_ != nullptr; }
 
  private:
   struct Rings;  // the preallocated msghdr / iovec / cmsg / buffer arrays

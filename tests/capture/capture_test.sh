@@ -7,6 +7,8 @@
 # With the uroce tool and Debian's ibv_xsrq_pingpong, XRC traffic too (an
 # unmodified client and server on 127.0.99.8): its XRCETHs must name the SRQs
 # the programs report.
+# The capture is of what the kernel carries: the shared-memory path is off
+# for it (UROCE_SHM=0); --trace is the check of every path.
 # Exit 77 (skipped) without tshark or without the right to capture.
 set -u
 trace=0
@@ -43,7 +45,7 @@ done
 sleep 0.3
 # Per-packet frames: with UDP GSO (the default) a capture on the sending host
 # shows a train of packets as one frame, as TCP segmentation offload does.
-UROCE_GSO=0 "$traffic"
+UROCE_SHM=0 UROCE_GSO=0 "$traffic"
 rc=$?
 xrc_opcodes=
 xrc_srqns=
@@ -53,11 +55,11 @@ if [ $rc -eq 0 ] && [ -n "$tool" ] && command -v ibv_xsrq_pingpong >/dev/null 2>
   # -s 4096 with MTU 1024: SEND FIRST/MIDDLE/LAST; then 64 B: SEND ONLY.
   for size in 4096 64; do
     port=$((19100 + $$ % 800))
-    UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- $san ibv_xsrq_pingpong -p $port -n 10 \
+    UROCE_SHM=0 UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- $san ibv_xsrq_pingpong -p $port -n 10 \
       -s $size >"$dir/xs.server" 2>&1 &
     spid=$!
     sleep 0.3
-    UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- $san ibv_xsrq_pingpong -p $port -n 10 \
+    UROCE_SHM=0 UROCE_GSO=0 timeout 30 "$tool" exec --addr 127.0.99.8 -- $san ibv_xsrq_pingpong -p $port -n 10 \
       -s $size 127.0.99.8 >"$dir/xs.client" 2>&1
     crc=$?
     wait $spid

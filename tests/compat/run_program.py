@@ -140,6 +140,20 @@ class Capture:
         self.stop()
         self.proc = None
 
+    def trace_shm(self, workdir, *envs):
+        """When the environments turn uroce's shared-memory path on, packets
+        between the two processes bypass tshark: have them write uroce's own
+        trace (UROCE_PCAP) and check it too.  Returns the environments."""
+        if not shm_enabled(envs[0]):
+            return envs
+        self.trace = os.path.join(workdir, "trace.pcap")
+        return tuple(dict(e, UROCE_PCAP=self.trace) for e in envs)
+
+    @property
+    def frames(self):
+        """The file that holds every RoCEv2 frame of the run."""
+        return self.trace or self.pcap
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
             time.sleep(0.5)
@@ -456,12 +470,8 @@ def attempt(a, cmd):
             # one frame per packet, as the frame check wants
             server_env = dict(server_env, UROCE_GSO="0")
             client_env = dict(client_env, UROCE_GSO="0")
-            if not netns and shm_enabled(server_env):
-                # Packets between the two go through shared memory, which
-                # tshark does not see: check uroce's own trace as well.
-                capture.trace = os.path.join(work, "trace.pcap")
-                server_env = dict(server_env, UROCE_PCAP=capture.trace)
-                client_env = dict(client_env, UROCE_PCAP=capture.trace)
+            if not netns:
+                server_env, client_env = capture.trace_shm(work, server_env, client_env)
         if a.mode == "single":
             p = start(server_prefix, cmd, server_env, "run")
             rc = finish(p, a.timeout, "run")

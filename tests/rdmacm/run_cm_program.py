@@ -289,6 +289,8 @@ def main():
         if capture.proc:
             server_env = dict(server_env, UROCE_GSO="0")  # one frame per packet, as the frame check wants
             client_env = dict(client_env, UROCE_GSO="0")
+            if not netns:
+                server_env, client_env = capture.trace_shm(work, server_env, client_env)
 
         port = rp.free_port()
         port2 = rp.free_port()
@@ -401,13 +403,13 @@ def main():
             if a.cm_messages or a.cm_at_least:
                 at_least = {k: int(v) for k, v in (x.split("=") for x in a.cm_at_least.split(","))} \
                     if a.cm_at_least else {}
-                problems = check_cm(capture.pcap, a.cm_messages.split(",") if a.cm_messages else [],
+                problems = check_cm(capture.frames, a.cm_messages.split(",") if a.cm_messages else [],
                                     port if a.cm_port_check else None, server_addr, at_least)
                 for p in problems:
                     print("cm: FAIL", p)
                 ok &= not problems
             if a.ud_qkey is not None:
-                problems = check_ud_qkey(capture.pcap, a.ud_qkey)
+                problems = check_ud_qkey(capture.frames, a.ud_qkey)
                 for p in problems:
                     print("qkey: FAIL", p)
                 ok &= not problems

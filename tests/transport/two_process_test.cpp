@@ -36,7 +36,12 @@ enum class Between { udp, shm };
 // Every packet the NIC of `e` received came through its ring (none by UDP).
 // Returns how many it received; 0 on a mismatch.
 uint64_t all_through_ring(const End& e) {
-  auto ring = net::ShmRing::attach(net::shm_ring_path(net::shm_dir().value(), e.ctx->nic().local()));
+  // Named after our registry slot (the top bits of our QPNs) where the port
+  // is shared, else after the endpoint alone.
+  const std::string dir = net::shm_dir().value();
+  const Endpoint local = e.ctx->nic().local();
+  auto ring = net::ShmRing::attach(net::shm_ring_path(dir, local, int(e.info().qpn >> 14)));
+  if (!ring.ok()) ring = net::ShmRing::attach(net::shm_ring_path(dir, local));
   if (!ring.ok()) return 0;
   std::lock_guard g(e.ctx->nic().mu());
   const Counters c = e.ctx->nic().snapshot();
@@ -147,10 +152,9 @@ TEST_P(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   }
   std::printf("parent QPN 0x%06x on port %u, child QPN 0x%06x on port %u\n", mine.qpn, mine.port, peer.qpn, peer.port);
   EXPECT_NE(mine.qpn >> 14, peer.qpn >> 14) << "two processes share a registry slot";
-  if (path == Between::udp)
-    EXPECT_EQ(mine.port, peer.port);  // one port for both: the user's shared port (net/port_group.hpp)
-  else
-    EXPECT_NE(mine.port, peer.port);  // the shared-memory rings name processes by their endpoints
+  // One port for both, the user's shared port (net/port_group.hpp), on either
+  // path: the shared-memory rings are named after the registry slots too.
+  EXPECT_EQ(mine.port, peer.port);
   // SEND, then WRITE into the child's memory.
   fill_pattern(e.buf.data(), 50000, 1);
   EXPECT_TRUE(e.post(1, WrOpcode::send, 0, 50000) && e.complete(WcOpcode::send, 50000, 1));
