@@ -6,9 +6,11 @@ load (bandwidth: medians of three runs; round trips: one run of 2 s):
 
   iperf3 1 MiB writes                against  uroce perf RC WRITE 1 MiB (passive
                                               server; busy and wait-for-notify
-                                              client), qperf rc_rdma_write_bw
+                                              client; busy over shared memory),
+                                              qperf rc_rdma_write_bw
   raw UDP ping-pong 8 B, blocking    against  uroce perf RC SEND 8 B RTT,
-                                              wait-for-notify (median and p99)
+                                              wait-for-notify (median and p99),
+                                              over UDP and shared memory
 """
 
 import contextlib
@@ -77,8 +79,10 @@ def measure(suite, run, background, free_port, quick):
                     pass
         raise RuntimeError(f"iperf3: no figure in {out[-300:]}")
 
-    def perf(*opts):
-        return suite.perf(*opts, "--duration", dur, cpus="none")["results"][0]
+    shm_env = {"UROCE_SHM": "1"}  # (run() adds it to the environment)
+
+    def perf(*opts, env=None):
+        return suite.perf(*opts, "--duration", dur, cpus="none", env=env)["results"][0]
 
     def qperf():
         port = free_port()
@@ -105,11 +109,15 @@ def measure(suite, run, background, free_port, quick):
         attempt("write_notify", lambda: _median(
             runs(lambda: perf("--op", "write", "--test", "bw", "--size", "1M", "--server", "sleep", "--wait",
                               "notify")), bw))
+        attempt("write_busy_shm", lambda: _median(
+            runs(lambda: perf("--op", "write", "--test", "bw", "--size", "1M", "--server", "sleep", env=shm_env)), bw))
         if shutil.which("qperf"):
             attempt("qperf_write", lambda: _median(runs(qperf), bw))
         attempt("udp_blocking", lambda: json.loads(udp_blocking())["rtt_us"])
         attempt("send_notify", lambda: perf("--op", "send", "--test", "lat", "--size", "8", "--wait",
                                             "notify")["rtt_us"])
+        attempt("send_notify_shm", lambda: perf("--op", "send", "--test", "lat", "--size", "8", "--wait",
+                                                "notify", env=shm_env)["rtt_us"])
     return res
 
 
@@ -123,16 +131,19 @@ def add_rows(row, ld):
     tcp = ld.get("tcp", {}).get("bytes_per_s")
     for k, what in (("write_busy", "uroce perf RC WRITE 1 MiB, busy client, passive server"),
                     ("write_notify", "uroce perf RC WRITE 1 MiB, wait-for-notify client, passive server"),
+                    ("write_busy_shm", "uroce perf RC WRITE 1 MiB, busy client, passive server, shared memory"),
                     ("qperf_write", "qperf rc_rdma_write_bw 1 MiB")):
         v = ld.get(k, {})
         if "bytes_per_s" in v:
             row(f"loaded host: {what}", v["bytes_per_s"], "B/s", "loaded host: TCP stream, 1 MiB writes (iperf3)",
                 tcp, better="higher", note=note)
-    udp, ours = ld.get("udp_blocking", {}), ld.get("send_notify", {})
-    for q in ("median", "p99"):
-        if q in udp and q in ours:
-            row(f"loaded host: uroce perf RC SEND 8 B RTT {q}, wait-for-notify", ours[q], "us",
-                f"loaded host: raw UDP ping-pong 8 B, blocking, {q}", udp[q], note=note)
+    udp = ld.get("udp_blocking", {})
+    for k, path in (("send_notify", ""), ("send_notify_shm", ", shared memory")):
+        ours = ld.get(k, {})
+        for q in ("median", "p99"):
+            if q in udp and q in ours:
+                row(f"loaded host: uroce perf RC SEND 8 B RTT {q}, wait-for-notify{path}", ours[q], "us",
+                    f"loaded host: raw UDP ping-pong 8 B, blocking, {q}", udp[q], note=note)
 
 
 def main():

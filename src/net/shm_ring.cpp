@@ -94,7 +94,10 @@ Result<std::unique_ptr<ShmRing>> ShmRing::create(const std::string& path, const 
     ::unlink(tmp.c_str());
     return sys_error(tmp, what, e);
   };
-  if (::ftruncate(fd.get(), off_t(size)) != 0) return fail("ftruncate", errno);
+  // Allocated now, not at the first touch: on a full tmpfs (a container's
+  // 64 MiB /dev/shm) a page of a merely truncated file would fault with
+  // SIGBUS when written; this fails with ENOSPC instead (UDP is used).
+  if (const int e = ::posix_fallocate(fd.get(), 0, off_t(size)); e != 0) return fail("posix_fallocate", e);
   if (Status s = r->map(fd.get(), size, true); !s.ok()) {
     ::unlink(tmp.c_str());
     return s;
