@@ -172,6 +172,7 @@ def main():
     args = argparse.Namespace(build_dir=os.path.abspath(a.build_dir), cpus=(0, 1), repeats=1, quick=a.quick)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the hogs and servers go too
         signal.signal(sig, br._on_signal)
+    os.environ["UROCE_SHM"] = "0"  # UDP unless a row asks for shared memory (as bench/run)
     load_before = br.loadavg()
     res = measure(br.Suite(args), br.run, br.Background, br.free_port, a.quick)
     rows = []
