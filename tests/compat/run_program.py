@@ -115,7 +115,7 @@ class Capture:
 
     def __init__(self, addr, workdir, iface="lo", prefix=()):
         self.proc = None
-        self.trace = None  # a UROCE_PCAP trace to check too (shared memory)
+        self.traces = []  # the UROCE_PCAP traces of server and client, to check too (shared memory)
         self.pcap = os.path.join(workdir, "run.pcap")
         if os.environ.get("UROCE_COMPAT_CAPTURE", "1") == "0" or not shutil.which("tshark"):
             print("capture: skipped (no tshark, or UROCE_COMPAT_CAPTURE=0)")
@@ -140,19 +140,22 @@ class Capture:
         self.stop()
         self.proc = None
 
-    def trace_shm(self, workdir, *envs):
+    def trace_shm(self, workdir, server_env, client_env):
         """When the environments turn uroce's shared-memory path on, packets
         between the two processes bypass tshark: have them write uroce's own
-        trace (UROCE_PCAP) and check it too.  Returns the environments."""
-        if not shm_enabled(envs[0]):
-            return envs
-        self.trace = os.path.join(workdir, "trace.pcap")
-        return tuple(dict(e, UROCE_PCAP=self.trace) for e in envs)
+        traces (UROCE_PCAP) and check those too.  A trace holds what its
+        process sent and received, so each side writes its own: together
+        they would show every packet twice.  Returns the environments."""
+        if not shm_enabled(server_env):
+            return server_env, client_env
+        self.traces = [os.path.join(workdir, f"trace-{n}.pcap") for n in ("server", "client")]
+        return dict(server_env, UROCE_PCAP=self.traces[0]), dict(client_env, UROCE_PCAP=self.traces[1])
 
     @property
     def frames(self):
-        """The file that holds every RoCEv2 frame of the run."""
-        return self.trace or self.pcap
+        """A file that holds every RoCEv2 frame between server and client
+        once: the capture, or the client's trace."""
+        return self.traces[1] if self.traces else self.pcap
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
@@ -168,12 +171,18 @@ class Capture:
         if not self.proc:
             return True
         self.stop()
-        if not self.trace:
+        if not self.traces:
             return self.check_file("capture", self.pcap, min_frames)
-        # Whatever crossed the kernel (the connection's first packets, before
-        # the rings are found) must be RoCEv2 too; the trace has it all.
-        lo = self.check_file("capture", self.pcap, 0)
-        return self.check_file("trace", self.trace, min_frames) and lo
+        # Whatever crossed the kernel (CM MADs, packets sent before a ring
+        # was found) must be RoCEv2 too; the traces have it all.
+        ok = self.check_file("capture", self.pcap, 0)
+        written = [t for t in self.traces if os.path.exists(t)]  # (some runs have no server)
+        if not written:
+            print("trace: FAIL no trace written:", " ".join(self.traces))
+            return False
+        for t in written:
+            ok = self.check_file("trace", t, min_frames) and ok
+        return ok
 
     @staticmethod
     def check_file(what, pcap, min_frames):

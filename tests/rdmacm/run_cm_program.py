@@ -403,7 +403,10 @@ def main():
             if a.cm_messages or a.cm_at_least:
                 at_least = {k: int(v) for k, v in (x.split("=") for x in a.cm_at_least.split(","))} \
                     if a.cm_at_least else {}
-                problems = check_cm(capture.frames, a.cm_messages.split(",") if a.cm_messages else [],
+                # CM MADs (QP1) always go through the kernel, shared memory or
+                # not: the capture holds each once, whatever each process lived
+                # to receive.
+                problems = check_cm(capture.pcap, a.cm_messages.split(",") if a.cm_messages else [],
                                     port if a.cm_port_check else None, server_addr, at_least)
                 for p in problems:
                     print("cm: FAIL", p)
