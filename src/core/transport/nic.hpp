@@ -176,8 +176,12 @@ class Nic {
   // keep coming (one waiter at a time, with the application's signals
   // blocked), then it sleeps until `fd` or a packet.  Returns true when fd
   // is readable, a packet was taken or the time is up; false when a signal
-  // handler interrupted the wait (EINTR).
-  bool wait_on(int fd, int timeout_ms) noexcept;
+  // handler interrupted the wait (EINTR).  `held`: the caller keeps the
+  // application's signals blocked around its whole wait (quiet_signal_mask)
+  // and this is the mask it blocked them from; the sleep unblocks it, so a
+  // signal that came while the thread was busy between sleeps interrupts
+  // the next one rather than run its handler unnoticed.
+  bool wait_on(int fd, int timeout_ms, const sigset_t* held = nullptr) noexcept;
 
   void start_progress_thread();
   // An application thread took completions from a CQ (under the lock): if it

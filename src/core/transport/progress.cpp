@@ -109,7 +109,7 @@ size_t Nic::drive() noexcept {
   return got;
 }
 
-bool Nic::wait_on(int fd, int timeout_ms) noexcept {
+bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
   app_waiting_.fetch_add(1, std::memory_order_acq_rel);
   // While packets keep coming (a message of many packets, the ACKs of a
   // window of them), keep taking them rather than sleep: asleep, the thread
@@ -125,7 +125,10 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
   int64_t now = start;
   const bool spin = !wait_spinning_.exchange(true, std::memory_order_acquire);
   sigset_t app_mask;
-  if (spin) {
+  const bool own_mask = spin && !held;  // we block and restore (else the caller does, or nobody)
+  if (held) {
+    app_mask = *held;
+  } else if (spin) {
     const sigset_t quiet = quiet_signal_mask();
     pthread_sigmask(SIG_BLOCK, &quiet, &app_mask);
   }
@@ -153,7 +156,8 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
     timespec left{};
     if (!pending && deadline != INT64_MAX)
       left = {time_t((deadline - now) / 1'000'000'000), long((deadline - now) % 1'000'000'000)};
-    const int ready = ::ppoll(pfd, 2, pending || deadline != INT64_MAX ? &left : nullptr, spin ? &app_mask : nullptr);
+    const int ready =
+        ::ppoll(pfd, 2, pending || deadline != INT64_MAX ? &left : nullptr, spin || held ? &app_mask : nullptr);
     interrupted = ready < 0 && errno == EINTR;
     io_->done_wait();
     const bool rx = (pending || (ready > 0 && (pfd[1].revents & POLLIN))) && !(pfd[0].revents & POLLIN);
@@ -161,7 +165,7 @@ bool Nic::wait_on(int fd, int timeout_ms) noexcept {
     if (!pending) ++counters_.app_wait_sleeps;
     if (rx) drive();
   }
-  if (spin) {
+  if (own_mask) {
     // A signal that came while blocked and was not taken by ppoll() (there
     // was none, or it returned with fds ready) runs its handler as the mask
     // goes back: report it as the interruption it is.

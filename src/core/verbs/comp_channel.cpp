@@ -94,6 +94,19 @@ Result<Cq*> CompChannel::get_event() { return get_event(-1); }
 Result<Cq*> CompChannel::get_event(int timeout_ms) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  // The application's signals stay blocked all through the wait and are
+  // unblocked only while it sleeps (Nic::wait_on): one that comes while
+  // this thread takes packets between sleeps then interrupts the next
+  // sleep, as it would interrupt rdma-core's read() of the channel fd,
+  // rather than run its handler unnoticed.  Restored on the way out (a
+  // signal still pending then runs its handler).
+  const sigset_t quiet = quiet_signal_mask();
+  sigset_t app;
+  pthread_sigmask(SIG_BLOCK, &quiet, &app);
+  struct Restore {
+    const sigset_t& mask;
+    ~Restore() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+  } restore{app};
   for (;;) {
     Cq* cq;
     if (try_take(cq)) {
@@ -107,7 +120,7 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
       if (left.count() <= 0 && timeout_ms > 0) return err::from_errno(ETIMEDOUT, "no completion event");
       wait = int(std::max<int64_t>(0, left.count()));
       if (timeout_ms == 0) {
-        ctx_->nic().wait_on(efd_, 0);
+        ctx_->nic().wait_on(efd_, 0, &app);
         if (try_take(cq)) {
           cq->event_delivered();
           return cq;
@@ -117,7 +130,7 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
     }
     // Sleep in the NIC's socket and our eventfd: a packet that completes
     // the work is processed by this very thread.
-    if (!ctx_->nic().wait_on(efd_, wait) && !restart_after_signal())
+    if (!ctx_->nic().wait_on(efd_, wait, &app) && !restart_after_signal())
       return err::from_errno(EINTR, "interrupted by a signal");
   }
 }
