@@ -300,7 +300,8 @@ void ShmIo::done_wait() noexcept {
     if (const size_t rang = bell_->drain(); rang > 0) {
       bells_rx_.fetch_add(rang, std::memory_order_relaxed);
       ring_->rearm_bell();
-      if (ring_->waiting() && ring_->need_doorbell()) (void)ShmBell::ring(ringer_.get(), bell_->token());
+      if (ring_->waiting() && ring_->need_doorbell() && !ShmBell::ring(ringer_.get(), bell_->token()))
+        ring_->header().bell.store(0, std::memory_order_release);  // unrung: the next producer rings
     }
   }
   udp_due_.store(true, std::memory_order_relaxed);  // whatever woke us may be in the socket

@@ -88,7 +88,8 @@ class ShmIo final : public PacketIo {
   Status leave_group(const IpAddr& group) override;
   bool prepare_wait() noexcept override;
   void done_wait() noexcept override;
-  // A sleeper looks at the ring at least this often, a safety net.  It was
+  // A sleeper (the progress thread, and an application thread waiting for
+  // a completion event) looks at the ring at least this often, a safety net.  It was
   // what bounded a lost wake-up (a packet left in the ring, its consumer
   // asleep: transport.Over/UdPath.QkeyCheck/Shm, about 6 runs in 10 with
   // the machine busy): a bell read by another thread of ours before the

@@ -97,7 +97,10 @@ Result<std::unique_ptr<ShmRing>> ShmRing::create(const std::string& path, const 
   // Allocated now, not at the first touch: on a full tmpfs (a container's
   // 64 MiB /dev/shm) a page of a merely truncated file would fault with
   // SIGBUS when written; this fails with ENOSPC instead (UDP is used).
-  if (const int e = ::posix_fallocate(fd.get(), 0, off_t(size)); e != 0) return fail("posix_fallocate", e);
+  int e;
+  while ((e = ::posix_fallocate(fd.get(), 0, off_t(size))) == EINTR) {  // tmpfs stops for a pending signal
+  }
+  if (e != 0) return fail("posix_fallocate", e);
   if (Status s = r->map(fd.get(), size, true); !s.ok()) {
     ::unlink(tmp.c_str());
     return s;
@@ -321,7 +324,9 @@ ShmRing::Put ShmRing::put(const ShmMeta& m, std::span<const uint8_t> head, std::
 
 bool ShmRing::need_doorbell() noexcept {
   if (hdr_->sleepers.load(kSc) == 0) return false;
-  return hdr_->bell.load(kRlx) == 0 && hdr_->bell.exchange(1, kAcq) == 0;
+  // Sequentially consistent, as rearm_bell()'s store: a consumer that
+  // re-armed and then found our slot empty must not meet a stale 1 here.
+  return hdr_->bell.load(kSc) == 0 && hdr_->bell.exchange(1, kSc) == 0;
 }
 
 // ----------------------------------------------------------------- consumer

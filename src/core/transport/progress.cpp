@@ -153,14 +153,22 @@ bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
   if (!fd_ready && now < deadline) {
     pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
     const bool pending = io_->prepare_wait();  // packets the socket does not show (ShmIo): no sleep
+    // The I/O may want a look at least so often (ShmIo's safety net).
+    int64_t until = deadline;
+    bool capped = false;
+    if (const int cap = io_->max_sleep_ms(); cap >= 0 && now + int64_t(cap) * 1'000'000 < until) {
+      until = now + int64_t(cap) * 1'000'000;
+      capped = true;
+    }
     timespec left{};
-    if (!pending && deadline != INT64_MAX)
-      left = {time_t((deadline - now) / 1'000'000'000), long((deadline - now) % 1'000'000'000)};
+    if (!pending && until != INT64_MAX)
+      left = {time_t((until - now) / 1'000'000'000), long((until - now) % 1'000'000'000)};
     const int ready =
-        ::ppoll(pfd, 2, pending || deadline != INT64_MAX ? &left : nullptr, spin || held ? &app_mask : nullptr);
+        ::ppoll(pfd, 2, pending || until != INT64_MAX ? &left : nullptr, spin || held ? &app_mask : nullptr);
     interrupted = ready < 0 && errno == EINTR;
     io_->done_wait();
-    const bool rx = (pending || (ready > 0 && (pfd[1].revents & POLLIN))) && !(pfd[0].revents & POLLIN);
+    const bool rx =
+        (pending || (ready > 0 && (pfd[1].revents & POLLIN)) || (ready == 0 && capped)) && !(pfd[0].revents & POLLIN);
     std::lock_guard g(mu_);
     if (!pending) ++counters_.app_wait_sleeps;
     if (rx) drive();
