@@ -18,6 +18,8 @@ namespace uroce::test::two_proc {
 
 inline constexpr int kWaitMs = 10000;
 
+inline constexpr const char* kAddr = "127.0.93.1";
+
 struct Info {
   uint32_t qpn, rkey;
   uint64_t addr;
@@ -39,7 +41,10 @@ struct End {
 
   bool open() {
     DeviceConfig cfg;
-    cfg.gids.push_back(*IpAddr::parse("127.0.0.1"));  // port 4791, falling back to an ephemeral one
+    // Port 4791 (falling back to an ephemeral one) of an address no other
+    // test uses: the two processes share its port with nobody else, whose
+    // stray datagrams the group's default position would receive.
+    cfg.gids.push_back(*IpAddr::parse(kAddr));
     auto c = Context::open(cfg);
     if (!c.ok()) return false;
     ctx = std::move(*c);
@@ -79,7 +84,7 @@ struct End {
     a.path_mtu = mtu;
     a.dest_qp_num = peer.qpn;
     a.rq_psn = 0x100;
-    a.ah_attr.dgid = *IpAddr::parse("127.0.0.1");
+    a.ah_attr.dgid = *IpAddr::parse(kAddr);
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 12;
     if (!qp->modify(a, qp_attr_mask::kState | qp_attr_mask::kAv | qp_attr_mask::kPathMtu | qp_attr_mask::kDestQpn |
