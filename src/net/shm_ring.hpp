@@ -201,8 +201,9 @@ class ShmRing {
   size_t take(std::span<RxPacket> out) noexcept;
   // The bell was read by a thread that may not be the one it was rung for
   // (the consumer's threads share it): clears the latch, so that the next
-  // publish rings again for a thread still asleep.  The caller then takes
-  // what was published before, which may have rung no bell.  Any thread.
+  // publish rings again for a thread still asleep.  The caller then looks
+  // (waiting(), sequentially consistent) for what was published before,
+  // which may have rung no bell.  Any thread.
   void rearm_bell() noexcept;
   // Before sleeping in the socket: announces the sleep; true if a slot is
   // already waiting (then do not sleep).  Thread-safe against take().
