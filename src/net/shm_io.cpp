@@ -115,13 +115,15 @@ Status ShmIo::leave_group(const IpAddr& group) {
   return s;
 }
 
-void ShmIo::ring_bell(Peer& p) noexcept {
-  if (ShmBell::ring(ringer_.get(), p.ring->header().user[kBellToken].load(std::memory_order_relaxed))) {
-    ++bells_tx_;
-    return;
-  }
+bool ShmIo::ring_bell(ShmRing& ring) noexcept {
+  if (ShmBell::ring(ringer_.get(), ring.header().user[kBellToken].load(std::memory_order_relaxed))) return true;
   // Unrung, the latch must not stay set: the next producer rings instead.
-  p.ring->header().bell.store(0, std::memory_order_release);
+  ring.header().bell.store(0, std::memory_order_release);
+  return false;
+}
+
+void ShmIo::ring_bell(Peer& p) noexcept {
+  if (ring_bell(*p.ring)) ++bells_tx_;
 }
 
 ShmIo::~ShmIo() {
@@ -300,8 +302,7 @@ void ShmIo::done_wait() noexcept {
     if (const size_t rang = bell_->drain(); rang > 0) {
       bells_rx_.fetch_add(rang, std::memory_order_relaxed);
       ring_->rearm_bell();
-      if (ring_->waiting() && ring_->need_doorbell() && !ShmBell::ring(ringer_.get(), bell_->token()))
-        ring_->header().bell.store(0, std::memory_order_release);  // unrung: the next producer rings
+      if (ring_->waiting() && ring_->need_doorbell()) (void)ring_bell(*ring_);
     }
   }
   udp_due_.store(true, std::memory_order_relaxed);  // whatever woke us may be in the socket

@@ -121,7 +121,8 @@ class ShmIo final : public PacketIo {
   void refresh(Peer& p, Clock::time_point now) noexcept;
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
   void ring_bell(Peer& p) noexcept;
-  void watch_udp() noexcept;  // (re)puts the UDP side's wait_fd() in ep_
+  bool ring_bell(ShmRing& ring) noexcept;  // false (latch cleared) if it could not ring
+  void watch_udp() noexcept;               // (re)puts the UDP side's wait_fd() in ep_
 
   std::unique_ptr<UdpIo> udp_;
   std::shared_ptr<ShmRing> ring_;
