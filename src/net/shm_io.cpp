@@ -140,6 +140,7 @@ size_t ShmIo::peer(const Endpoint& ep, int slot, Clock::time_point now) noexcept
       p.ep = ep;
       p.slot = slot;
       p.path = shm_ring_path(dir_, ep, slot);
+      if (slot >= 0) p.alt_path = shm_ring_path(dir_, ep, -1);
       p.recheck = Clock::time_point::min();
       peers_.push_back(std::move(p));
     }
@@ -150,30 +151,47 @@ size_t ShmIo::peer(const Endpoint& ep, int slot, Clock::time_point now) noexcept
   return i;
 }
 
+namespace {
+
+// The ring at `path` if there is one: a NIC's of this process, or attached.
+std::shared_ptr<ShmRing> find_ring(const std::string& path) {
+  if (path.empty()) return nullptr;
+  if (auto mine = ShmRing::local(path)) return mine;
+  auto r = ShmRing::attach(path);
+  return r.ok() ? std::shared_ptr<ShmRing>(std::move(*r)) : nullptr;
+}
+
+}  // namespace
+
+// One answer per (endpoint, slot): the slot's ring, else the endpoint's
+// ring without a slot (a port not shared), else none (UDP).  A ring found
+// by the second name is dropped for the first as soon as that appears.
 void ShmIo::refresh(Peer& p, Clock::time_point now) noexcept {
   if (p.ring) {
     struct stat st;
-    if (!p.ring->closed() && ::stat(p.path.c_str(), &st) == 0 && uint64_t(st.st_ino) == p.ring->inode() &&
-        p.ring->owner_alive()) {
+    const bool valid = !p.ring->closed() && ::stat(p.ring->path().c_str(), &st) == 0 &&
+                       uint64_t(st.st_ino) == p.ring->inode() && p.ring->owner_alive();
+    if (valid && p.ring->path() == p.path) {
+      p.recheck = now + kRecheck;
+      return;
+    }
+    if (valid) {  // the slot-less ring: keep it unless the slot's own has appeared
+      if (auto own = find_ring(p.path)) p.ring = std::move(own);
       p.recheck = now + kRecheck;
       return;
     }
     UROCE_LOG(debug, "shm: the ring of %s is gone or replaced", p.ep.to_string().c_str());
     p.ring.reset();
   }
-  if (auto mine = ShmRing::local(p.path)) {  // a NIC of this process
-    p.ring = std::move(mine);
-    p.recheck = now + kRecheck;
-    return;
+  for (const std::string* path : {&p.path, &p.alt_path}) {
+    if (auto r = find_ring(*path)) {
+      p.ring = std::move(r);
+      p.recheck = now + kRecheck;
+      UROCE_LOG(debug, "shm: %s is reached through %s", p.ep.to_string().c_str(), p.ring->path().c_str());
+      return;
+    }
   }
-  auto r = ShmRing::attach(p.path);
-  if (r.ok()) {
-    p.ring = std::move(*r);
-    p.recheck = now + kRecheck;
-    UROCE_LOG(debug, "shm: %s is reached through %s", p.ep.to_string().c_str(), p.path.c_str());
-  } else {
-    p.recheck = now + kRecheckAbsent;
-  }
+  p.recheck = now + kRecheckAbsent;
 }
 
 bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
@@ -223,8 +241,7 @@ ShmIo::Peer* ShmIo::ring_peer(const TxPacket& pkt, Clock::time_point now) noexce
   if (pkt.head.size() < 8) return nullptr;
   const uint32_t qpn = uint32_t(pkt.head[5]) << 16 | uint32_t(pkt.head[6]) << 8 | pkt.head[7];
   if (qpn == kGsiQpn) return nullptr;
-  size_t i = peer(pkt.dst, int(qpn >> kQpnIndexBits), now);
-  if (!peers_[i].ring) i = peer(pkt.dst, -1, now);
+  const size_t i = peer(pkt.dst, int(qpn >> kQpnIndexBits), now);
   Peer& p = peers_[i];
   if (!p.ring || pkt.size() > p.ring->payload_max()) return nullptr;
   if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) touched_.push_back(i);

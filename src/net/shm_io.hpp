@@ -109,8 +109,9 @@ class ShmIo final : public PacketIo {
  private:
   struct Peer {
     Endpoint ep;
-    int slot = -1;  // of the destination QP, where its port is shared
-    std::string path;
+    int slot = -1;                  // of the destination QP, where its port is shared
+    std::string path;               // the ring of (ep, slot)
+    std::string alt_path;           // where slot >= 0: the ring of ep without a slot
     std::shared_ptr<ShmRing> ring;  // null: this destination is reached by UDP
     Clock::time_point recheck;
     bool full = false;  // full for good in this batch

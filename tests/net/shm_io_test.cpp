@@ -333,6 +333,39 @@ TEST_F(ShmTest, RestartedPeerIsFoundThroughItsNewRing) {
   EXPECT_EQ(a->udp().stats().tx_packets, 0u);
 }
 
+// Processes that share a port each have a ring named after their registry
+// slot, the top bits of their QP numbers.  A packet goes to the ring of its
+// destination QP's slot; while there is none, to the port's own ring (a
+// port not shared); once the slot's ring appears, there.
+TEST_F(ShmTest, DestinationQpSlotPicksItsRingElseThePortsOwn) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  Bytes pkt = make_pkt(4, 0, 96);
+  pkt[5] = 0x01;  // QPN 0x014002: slot 5 (qpn >> 14)
+  pkt[6] = 0x40;
+  pkt[7] = 0x02;
+  const TxPacket tx = tx_of(pkt, b->local());
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  auto got = recv_n(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].first, pkt);
+
+  ShmRing::CreateOptions o;
+  o.slots = 16;
+  auto slot5 = ShmRing::create(shm_ring_path(dir_, b->local(), 5), o);
+  ASSERT_TRUE(slot5.ok()) << slot5.status().to_string();
+  std::this_thread::sleep_for(1100ms);  // the sender looks again within a second
+  EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
+  std::vector<RxPacket> rx(4);
+  size_t n = 0;
+  for (auto t0 = Clock::now(); n == 0 && Clock::now() - t0 < 2s;) n = (*slot5)->take(rx);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(Bytes(rx[0].data.begin(), rx[0].data.end()), pkt);
+  EXPECT_TRUE(recv_n(*b, 1, 20ms).empty());
+  EXPECT_EQ(a->stats().shm_tx_packets, 2u);
+  EXPECT_EQ(a->udp().stats().tx_packets, 0u);
+}
+
 TEST_F(ShmTest, UdpPeersStillWork) {
   auto a = open_io();
   ASSERT_TRUE(a);
