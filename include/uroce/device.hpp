@@ -38,6 +38,11 @@ struct DeviceInfo {
   // faults), it overrides UROCE_FAULTS.  Contexts of one address in a
   // process share a NIC: opening it again with other faults is EBUSY.
   std::optional<FaultConfig> faults{};
+  // Same-host peers through shared memory (README: "Shared memory on one
+  // host").  Unset: the UROCE_SHM environment variable decides (on unless
+  // it is 0).  Set, it overrides UROCE_SHM; the first open of an address in
+  // a process decides for the NIC its contexts share.
+  std::optional<bool> shared_memory{};
 };
 
 // The devices of the environment: one per address of UROCE_ADDR

@@ -16,6 +16,7 @@ DeviceInfo to_info(const verbs::DeviceConfig& c) {
   d.udp_port = c.udp_port;
   d.mtu = c.mtu;
   d.faults = c.faults;
+  d.shared_memory = c.shm;
   return d;
 }
 
@@ -36,6 +37,7 @@ Result<Context> Context::open(const DeviceInfo& device) {
   cfg.udp_port = device.udp_port;
   cfg.mtu = device.mtu;
   cfg.faults = device.faults;
+  cfg.shm = device.shared_memory;
   auto ctx = verbs::Context::open(cfg);
   if (!ctx.ok()) return ctx.status();
   auto impl = std::make_unique<detail::ContextImpl>();

@@ -30,19 +30,20 @@ bool same_qp_slot(const TxPacket& a, const TxPacket& b) noexcept {
 
 bool ShmIo::enabled_by_env() noexcept {
   const char* v = std::getenv("UROCE_SHM");
-  if (!v) return false;
+  if (!v) return true;
   const std::string_view s = v;
-  return s == "1" || s == "on" || s == "true" || s == "yes";
+  return !(s == "0" || s == "off" || s == "false" || s == "no");
 }
 
-std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot) {
-  if (!enabled_by_env()) return udp;
+std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable) {
+  if (!enable) return udp;
   ShmConfig cfg;
   cfg.slot = slot;
   if (const char* n = std::getenv("UROCE_SHM_SLOTS"); n && *n) cfg.ring.slots = uint32_t(std::strtoul(n, nullptr, 10));
   auto shm = wrap(std::move(udp), cfg);
   if (shm.ok()) return std::move(*shm);
-  UROCE_LOG(warn, "UROCE_SHM: shared-memory rings unavailable, UDP only: %s", shm.status().to_string().c_str());
+  UROCE_LOG(warn, "shared-memory rings unavailable, UDP only (UROCE_SHM=0 says so quietly): %s",
+            shm.status().to_string().c_str());
   return udp;  // untouched: wrap() takes it only on success
 }
 

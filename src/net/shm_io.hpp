@@ -32,8 +32,10 @@
 // wakes the poll/epoll on wait_fd().  done_wait() reads the bell.  The bell
 // is not the RoCEv2 socket: a capture of the UDP port sees no trace of it.
 //
-// Enabled in the NIC by UROCE_SHM=1 (off by default: captures and Soft-RoCE
-// on the same host see only what goes through the kernel).
+// On in the NIC unless UROCE_SHM=0 (or NicConfig::shm says otherwise):
+// same-host traffic between uroce NICs then does not cross the kernel, and
+// a capture on lo does not see it (UROCE_PCAP traces it), as traffic
+// between two ports of one RoCE NIC never reaches the wire.
 #pragma once
 
 #include <atomic>
@@ -71,11 +73,11 @@ class ShmIo final : public PacketIo {
 
   // Takes `udp` only on success.
   static Result<std::unique_ptr<ShmIo>> wrap(std::unique_ptr<UdpIo>&& udp, const ShmConfig& cfg = {});
-  // UROCE_SHM=1 (also "on", "true", "yes").
+  // On unless UROCE_SHM is 0 (also "off", "false", "no").
   static bool enabled_by_env() noexcept;
-  // What the NIC uses: `udp` wrapped in a ShmIo when UROCE_SHM asks for it
-  // (and it can be made: else a warning and `udp` as it is).
-  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot = -1);
+  // What the NIC uses: `udp` wrapped in a ShmIo if `enable` (and it can be
+  // made: else a warning and `udp` as it is).
+  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable);
   ~ShmIo() override;
 
   Endpoint local() const noexcept override { return udp_->local(); }
@@ -89,12 +91,14 @@ class ShmIo final : public PacketIo {
   bool prepare_wait() noexcept override;
   void done_wait() noexcept override;
   // A sleeper (the progress thread, and an application thread waiting for
-  // a completion event) looks at the ring at least this often, a safety net.  It was
-  // what bounded a lost wake-up (a packet left in the ring, its consumer
-  // asleep: transport.Over/UdPath.QkeyCheck/Shm, about 6 runs in 10 with
-  // the machine busy): a bell read by another thread of ours before the
-  // sleeper entered poll().  done_wait() now re-arms the latch.
-  int max_sleep_ms() const noexcept override { return 50; }
+  // a completion event) looks at the ring at least this often: a safety
+  // net for a bell that could not be rung (its producer died between
+  // publishing and ringing).  It used to be 50 ms, and bounded a lost
+  // wake-up (a bell read by another thread of ours before the sleeper
+  // entered poll(): transport.Over/UdPath.QkeyCheck/Shm, about 6 runs in 10
+  // with the machine busy) that done_wait() now prevents by re-arming the
+  // latch.  Long, so that an idle NIC does not tick: one look a second.
+  int max_sleep_ms() const noexcept override { return 1000; }
   size_t max_payload() const noexcept override { return udp_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
   bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }

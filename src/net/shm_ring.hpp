@@ -58,7 +58,7 @@ inline constexpr uint64_t kMagic = 0x31474e4952524d55ull;  // "UMRRING1"
 inline constexpr uint32_t kVersion = 2;                    // 2: bells on Unix sockets (shm_bell.hpp)
 inline constexpr size_t kHeaderSize = 4096;
 inline constexpr size_t kSlotHeader = 64;
-inline constexpr uint32_t kDefaultSlots = 2048;
+inline constexpr uint32_t kDefaultSlots = 512;        // 2.1 MiB a ring; two full send windows
 inline constexpr size_t kDefaultPayload = 4096 + 64;  // = kDefaultMaxPayload of UdpIo
 
 struct alignas(64) Header {

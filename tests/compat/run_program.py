@@ -105,8 +105,9 @@ def free_port():
 
 
 def shm_enabled(env):
-    """Whether uroce's shared-memory path is on in `env` (UROCE_SHM)."""
-    return env.get("UROCE_SHM", "").lower() in ("1", "on", "true", "yes")
+    """Whether uroce's shared-memory path is on in `env`: unless UROCE_SHM
+    says 0 (also off, false, no)."""
+    return env.get("UROCE_SHM", "").lower() not in ("0", "off", "false", "no")
 
 
 class Capture:

@@ -69,6 +69,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   cfg.gids.push_back(*ip);
   cfg.udp_port = opt.udp_port;
   cfg.mtu = opt.device_mtu;
+  cfg.shm = false;  // the UDP path is the socket's; PacketPath::shm has rings of its own
   cfg.congestion = &s == &b && opt.congestion_b ? opt.congestion_b : opt.congestion;
   if (&s == &b && opt.faults_b) cfg.faults = opt.faults_b;
   if (opt.fake) {

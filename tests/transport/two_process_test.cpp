@@ -84,20 +84,24 @@ int child_main(int in, int out, Between path) {
   return 0;
 }
 
-// Shm: UROCE_SHM=1 and a private UROCE_SHM_DIR for both processes.
+// Shm: UROCE_SHM=1 and a private UROCE_SHM_DIR for both processes; Udp:
+// UROCE_SHM=0 (shared memory is on by default).
 struct ShmEnv {
   std::unique_ptr<ShmDir> ring_dir;
   std::string dir;
   explicit ShmEnv(bool on) {
-    if (!on) return;
+    if (!on) {
+      ::setenv("UROCE_SHM", "0", 1);
+      return;
+    }
     ring_dir = std::make_unique<ShmDir>();
     dir = ring_dir->path();
     ::setenv("UROCE_SHM", "1", 1);
     ::setenv("UROCE_SHM_DIR", dir.c_str(), 1);
   }
   ~ShmEnv() {
-    if (!ring_dir) return;
     ::unsetenv("UROCE_SHM");
+    if (!ring_dir) return;
     ::unsetenv("UROCE_SHM_DIR");
   }
   size_t files() const {

@@ -322,7 +322,7 @@ int run_active(const Options& o) {
   static constexpr Row rows[] = {
       {"tx_packets", "packets sent"},
       {"rx_packets", "packets received"},
-      {"shm_rx_packets", "of them through our shared-memory ring (UROCE_SHM=1)"},
+      {"shm_rx_packets", "of them through our shared-memory ring (same-host peers)"},
       {"req_packets", "request packets sent (SEND, WRITE, READ request, atomic)"},
       {"resp_read_packets", "READ response packets sent"},
       {"resp_acks_sent", "ACKs sent (besides READ responses and atomic ACKs)"},

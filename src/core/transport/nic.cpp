@@ -139,7 +139,7 @@ Status Nic::open_io(const IoFactory* factory) {
     // One port for all of this user's processes on the address, as a NIC
     // is shared (net/port_group.hpp); UROCE_SHARED_PORT=0 keeps the older
     // first-come port with an ephemeral one for the others.  The shared-
-    // memory path (UROCE_SHM=1) then names its rings after our slot too.
+    // memory path then names its rings after our slot too.
     const char* shared = std::getenv("UROCE_SHARED_PORT");
     if (!(shared && std::string_view(shared) == "0")) ucfg.share_through = registry_;
     const char* gso = std::getenv("UROCE_GSO");
@@ -149,8 +149,9 @@ Status Nic::open_io(const IoFactory* factory) {
       UROCE_LOG(error, "device %s: %s", cfg_.name.c_str(), io.status().to_string().c_str());
       return io.status();
     }
-    // UROCE_SHM=1: same-host peers through shared memory
-    io_ = net::ShmIo::wrap_if_enabled(std::move(*io), registry_ ? int(registry_->slot()) : -1);
+    // Same-host peers through shared memory, unless UROCE_SHM=0.
+    io_ = net::ShmIo::wrap_if_enabled(std::move(*io), registry_ ? int(registry_->slot()) : -1,
+                                      cfg_.shm.value_or(net::ShmIo::enabled_by_env()));
   }
   // Fault injection: the device's own configuration, else UROCE_FAULTS.
   if (cfg_.faults) {

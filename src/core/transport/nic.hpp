@@ -66,6 +66,9 @@ struct NicConfig {
   std::optional<FaultConfig> faults;
   // Congestion control (congestion.hpp); without it, UROCE_CC decides.
   std::optional<CongestionConfig> congestion;
+  // Shared-memory rings for same-host peers; without it, UROCE_SHM decides.
+  // Set by the first open of (addr, port) in a process.
+  std::optional<bool> shm;
   CongestionConfig cc;  // in effect (set when the NIC opens)
 };
 

@@ -135,6 +135,7 @@ Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   nc.mtu = c.mtu;
   nc.faults = c.faults;
   nc.congestion = c.congestion;
+  nc.shm = c.shm;
   auto nic = c.io_factory ? transport::Nic::create(nc, c.io_factory) : transport::Nic::get(nc);
   if (!nic.ok()) return nic.status();
   int afd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);

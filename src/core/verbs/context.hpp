@@ -36,6 +36,9 @@ struct DeviceConfig {
   std::optional<FaultConfig> faults;
   // Congestion control (transport/congestion.hpp).  Unset: UROCE_CC decides.
   std::optional<CongestionConfig> congestion;
+  // Same-host peers through shared-memory rings (net/shm_io.hpp).  Unset:
+  // UROCE_SHM decides (on unless 0).  Ignored with io_factory.
+  std::optional<bool> shm;
   // Tests: packet I/O to use instead of a UDP socket (e.g. a FakeIo).  A
   // device with its own I/O gets a NIC of its own (not shared by address).
   std::function<Result<std::unique_ptr<net::PacketIo>>()> io_factory;
