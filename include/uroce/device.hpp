@@ -40,8 +40,8 @@ struct DeviceInfo {
   std::optional<FaultConfig> faults{};
   // Same-host peers through shared memory (README: "Shared memory on one
   // host").  Unset: the UROCE_SHM environment variable decides (on unless
-  // it is 0).  Set, it overrides UROCE_SHM; the first open of an address in
-  // a process decides for the NIC its contexts share.
+  // it is 0).  Set, it overrides UROCE_SHM.  Contexts of one address in a
+  // process share a NIC: opening it again with the other setting is EBUSY.
   std::optional<bool> shared_memory{};
 };
 
@@ -89,7 +89,8 @@ class Context {
   Context& operator=(Context&&) noexcept;
   ~Context();
 
-  // The device as opened (mtu filled in).
+  // The device as opened (mtu filled in, and shared_memory: whether its NIC
+  // reaches same-host peers through shared memory).
   const DeviceInfo& info() const noexcept;
   const std::string& name() const noexcept;
   const DeviceAttributes& device_attr() const noexcept;

@@ -44,6 +44,7 @@ Result<Context> Context::open(const DeviceInfo& device) {
   impl->ctx = std::move(*ctx);
   const verbs::Context& c = *impl->ctx;
   impl->info = to_info(c.config());
+  impl->info.shared_memory = c.nic().shared_memory();  // what the NIC does, asked or not
   impl->dev_attr = c.device_attr();
   impl->port_attr = c.port_attr();
   return detail::ContextImpl::make(std::move(impl));

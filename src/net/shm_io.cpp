@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -17,6 +18,7 @@ namespace {
 constexpr auto kRecheck = std::chrono::seconds(1);               // a ring in use: is it still the one?
 constexpr auto kRecheckAbsent = std::chrono::milliseconds(250);  // no ring: has one appeared?
 constexpr auto kUdpHot = std::chrono::milliseconds(1);           // datagrams came lately: read every time
+constexpr auto kRingHot = std::chrono::milliseconds(1);          // the ring fed us lately: skip some socket reads
 constexpr size_t kMaxPeers = 1024;
 constexpr size_t kBellToken = 0;  // the ring header's user word holding the bell's token
 constexpr uint32_t kGsiQpn = 1;
@@ -80,8 +82,17 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
     io->bell_.emplace(std::move(*bell));
     opt.payload_max = udp->max_payload();
     io->slot_ = udp->port_shared() ? cfg.slot : -1;
+    // A small tmpfs (a container's 64 MiB /dev/shm) fits a few rings of the
+    // full size: then a smaller ring rather than none.
+    const uint32_t asked = opt.slots;
     auto ring = ShmRing::create(shm_ring_path(io->dir_, local, io->slot_), opt);
+    while (!ring.ok() && ring.status().code() == ENOSPC && opt.slots >= 4 * 64) {
+      opt.slots /= 4;
+      ring = ShmRing::create(shm_ring_path(io->dir_, local, io->slot_), opt);
+    }
     if (!ring.ok()) return ring.status();
+    if (opt.slots != asked)
+      UROCE_LOG(warn, "shm: no room for a ring of %u slots in %s: %u slots", asked, io->dir_.c_str(), opt.slots);
     io->ring_ = std::move(*ring);
     ShmRing::publish_local(io->ring_);
     UROCE_LOG(info, "shm: %s receives through %s", local.to_string().c_str(), io->ring_->path().c_str());
@@ -262,7 +273,9 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
     const TxPacket& first = pkts[k];
     const size_t segs = first.gso_segments > 1 ? std::min<size_t>(first.gso_segments, pkts.size() - k) : 1;
     Peer* p = nullptr;
-    if (use_shm_ && first.dst.addr.is_v4() == udp_->local().addr.is_v4()) p = ring_peer(first, now);
+    // Only an address of this host can have a ring: others take no look-up.
+    if (use_shm_ && first.dst.addr.is_v4() == udp_->local().addr.is_v4() && udp_->host_local(first.dst.addr))
+      p = ring_peer(first, now);
     if (!p) {  // by UDP, trains as they are
       udp_out_.insert(udp_out_.end(), pkts.begin() + ptrdiff_t(k), pkts.begin() + ptrdiff_t(k + segs));
     } else {
@@ -296,9 +309,13 @@ size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
   size_t n = ring_ ? ring_->take(out) : 0;
   if (n == out.size()) return n;
   const Clock::time_point now = Clock::now();
+  if (n > 0) ring_hot_until_ = now + kRingHot;
   bool due = udp_due_.load(std::memory_order_relaxed);
   if (due) udp_due_.store(false, std::memory_order_relaxed);
-  due = due || udp_->rx_buffered() || now >= udp_next_ || now < udp_hot_until_;
+  // The socket is read at every poll, as UdpIo alone would, unless the ring
+  // is what feeds us: then only every udp_poll_interval while no datagram
+  // came lately (a busy poller of a same-host peer makes no system call).
+  due = due || udp_->rx_buffered() || now >= udp_next_ || now < udp_hot_until_ || now >= ring_hot_until_;
   if (due) {
     const size_t m = udp_->recv_batch(out.subspan(n));
     udp_next_ = now + cfg_.udp_poll_interval;

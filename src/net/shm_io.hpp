@@ -20,10 +20,11 @@
 // computed for IPv4 ID i).
 //
 // recv_batch() takes packets from the ring first (no system call), then
-// from the socket -- but a busy poller reads the socket only every
-// udp_poll_interval while no UDP traffic arrives (and at once after a
-// sleep, or while datagrams came in the last millisecond), so polling an
-// empty ring costs no system call either.
+// from the socket -- but while the ring delivered packets in the last
+// millisecond and no datagram came, a busy poller reads the socket only
+// every udp_poll_interval (and at once after a sleep), so polling a ring
+// costs no system call.  A NIC whose ring is quiet reads its socket at
+// every poll, as UdpIo alone: traffic with other hosts waits for nothing.
 //
 // Sleeping: wait_fd() is an epoll set of the UDP socket and the ring's bell
 // (net/shm_bell.hpp).  prepare_wait() marks the ring's consumer asleep; a
@@ -145,7 +146,7 @@ class ShmIo final : public PacketIo {
   std::vector<size_t> touched_;    // peers_ whose rings were written in this batch
   // Socket polling of recv_batch.
   std::atomic<bool> udp_due_{true};
-  Clock::time_point udp_next_{}, udp_hot_until_{};
+  Clock::time_point udp_next_{}, udp_hot_until_{}, ring_hot_until_{};
   uint64_t shm_tx_ = 0, shm_tx_bytes_ = 0, shm_full_ = 0, shm_lost_ = 0, bells_tx_ = 0;
   std::atomic<uint64_t> bells_rx_{0};  // done_wait() runs on any thread
 };

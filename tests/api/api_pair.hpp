@@ -70,6 +70,7 @@ struct PairOptions {
   uint32_t cqe = 256;
   bool connect = true;
   std::optional<FaultConfig> faults_a{}, faults_b{};  // DeviceInfo::faults
+  std::optional<bool> shared_memory{};                // DeviceInfo::shared_memory of both
 };
 
 struct Side {
@@ -117,6 +118,7 @@ struct Pair {
     DeviceInfo da = local_device("127.0.0.1", o.mtu_a), db = local_device("127.0.0.2", o.mtu_b);
     da.faults = o.faults_a;
     db.faults = o.faults_b;
+    da.shared_memory = db.shared_memory = o.shared_memory;
     open_side(a, da, o, false);
     open_side(b, db, o, o.srq_b);
     if (o.connect) connect();

@@ -1,5 +1,7 @@
 // uroce::devices() and uroce::Context.
 #include <cstdlib>
+#include <cstring>
+#include <string_view>
 
 #include "api_pair.hpp"
 
@@ -170,6 +172,51 @@ TEST(Context, CountersAreASnapshotThatCountsTraffic) {
   auto bad = p.a.ctx->counter("no_such_counter");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ENOENT);
+}
+
+// Devices of one host reach each other through shared memory unless told
+// not to (DeviceInfo::shared_memory, else UROCE_SHM=0): then through their
+// UDP sockets, as to another host.
+TEST(Context, SameHostDevicesTalkThroughSharedMemoryUnlessTold) {
+  if (const char* e = std::getenv("UROCE_SHM"); e && std::string_view(e) == "0")
+    GTEST_SKIP() << "UROCE_SHM=0 in the environment";
+  for (const std::optional<bool> shm : {std::optional<bool>{}, std::optional<bool>{false}}) {
+    SCOPED_TRACE(shm ? "shared_memory = false" : "default");
+    PairOptions o;
+    o.shared_memory = shm;
+    Pair p(o);
+    EXPECT_EQ(p.a.ctx->info().shared_memory, std::optional<bool>(shm.value_or(true)));
+    const uint64_t tx0 = must(p.a.ctx->counter("tx_packets"), "tx_packets");
+    const uint64_t shm0 = must(p.a.ctx->counter("shm_tx_packets"), "shm_tx_packets");
+    Sge s = p.a.sge(0, 8192);  // two packets
+    must(p.a.qp->post_send(rdma(WrOpcode::rdma_write, s, p.b.addr(), p.b.mr->rkey())), "post");
+    EXPECT_EQ(wait_wc(*p.a.scq).status, WcStatus::success);
+    const uint64_t sent = must(p.a.ctx->counter("tx_packets"), "tx_packets") - tx0;
+    const uint64_t by_shm = must(p.a.ctx->counter("shm_tx_packets"), "shm_tx_packets") - shm0;
+    EXPECT_EQ(sent, 2u);
+    EXPECT_EQ(by_shm, shm ? 0u : 2u);
+    EXPECT_EQ(std::memcmp(p.a.buf.data(), p.b.buf.data(), 8192), 0);
+  }
+}
+
+// One NIC per address in a process: a second open that asks for the other
+// setting is refused; one that does not say shares the NIC as it is.
+TEST(Context, ConflictingSharedMemoryOpensAreRefused) {
+  DeviceInfo d = local_device("127.0.0.1");
+  d.udp_port = 0;
+  d.shared_memory = false;
+  Context first = must(Context::open(d), "open");
+  EXPECT_EQ(first.info().shared_memory, std::optional<bool>(false));
+  DeviceInfo again = d;
+  again.shared_memory = true;
+  auto r = Context::open(again);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), EBUSY) << r.status().to_string();
+  EXPECT_NE(r.status().to_string().find("without shared memory"), std::string::npos) << r.status().to_string();
+  again.shared_memory = false;
+  EXPECT_TRUE(Context::open(again).ok());
+  again.shared_memory.reset();
+  EXPECT_TRUE(Context::open(again).ok());
 }
 
 TEST(Context, AsyncEventWaitTimesOut) {

@@ -2,6 +2,11 @@
 // datagram, GSO trains and their ICRCs, back-pressure, the doorbell that
 // wakes a sleeper, stale ring files of dead processes, a restarted peer,
 // fault injection on top.
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "shm_fixture.hpp"
 
 namespace uroce::net::shm_test {
@@ -364,6 +369,33 @@ TEST_F(ShmTest, DestinationQpSlotPicksItsRingElseThePortsOwn) {
   EXPECT_TRUE(recv_n(*b, 1, 20ms).empty());
   EXPECT_EQ(a->stats().shm_tx_packets, 2u);
   EXPECT_EQ(a->udp().stats().tx_packets, 0u);
+}
+
+// A tmpfs without room for a full-size ring (a container's small /dev/shm)
+// gets a smaller one instead of none.
+TEST(ShmIoSpace, NoRoomForTheFullRingGivesASmallerOne) {
+  char dir[] = "/tmp/uroce-small-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  if (::mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700") != 0) {
+    ::rmdir(dir);
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  {
+    UdpConfig u;
+    u.local = kLo;
+    u.port = 0;
+    auto udp = UdpIo::open(u);
+    ASSERT_TRUE(udp.ok()) << udp.status().to_string();
+    ShmConfig cfg;
+    cfg.dir = dir;
+    ASSERT_EQ(cfg.ring.slots, 2048u);  // 8.6 MiB: no room
+    auto io = ShmIo::wrap(std::move(*udp), cfg);
+    ASSERT_TRUE(io.ok()) << io.status().to_string();
+    ASSERT_NE((*io)->ring(), nullptr);
+    EXPECT_EQ((*io)->ring()->slots(), 512u);  // 2.1 MiB
+  }
+  EXPECT_EQ(::umount(dir), 0);
+  EXPECT_EQ(::rmdir(dir), 0);
 }
 
 TEST_F(ShmTest, UdpPeersStillWork) {

@@ -125,8 +125,12 @@ TEST(CompletionChannel, SolicitedOnlyWakesOnSolicited) {
 
 // A thread blocked in get_event() sleeps: it burns no CPU while waiting,
 // nor does the rest of the process (progress threads included).
-TEST(CompletionChannel, BlockedWaiterUsesNoCpu) {
-  Pair p(with_channel());
+// The waiting tests run over the UDP socket and over shared-memory rings,
+// where packets wake a sleeper by its ring's bell.
+class Waiting : public ::testing::TestWithParam<PacketPath> {};
+
+TEST_P(Waiting, BlockedWaiterUsesNoCpu) {
+  Pair p(over(GetParam(), with_channel()));
   ASSERT_TRUE(post_recv(*p.b.qp, 1, {p.b.sge(0, 64)}).ok());
   ASSERT_TRUE(p.b.rcq->req_notify(false).ok());
   std::atomic<bool> woke{false};
@@ -178,6 +182,9 @@ TEST(CompletionChannel, BlockedWaiterUsesNoCpu) {
 // instead of sleeping between them: a 4 MiB READ (4096 responses, in GSO
 // trains of up to 64) costs it a few sleeps in the socket, not one per
 // train that finds it asleep.
+// (Over the socket only: the 4096 responses do not fit a shared-memory
+// ring of 2048 slots, so there the producer waits for the consumer, and
+// the waiter's sleeps follow the producer's scheduling.)
 TEST(CompletionChannel, WaiterTakesAStreamWithoutSleepingPerPacket) {
   PairOptions o = with_channel();
   o.congestion = transport::CongestionConfig{};
@@ -226,8 +233,8 @@ void on_usr1(int) {}
 // application's signals blocked meanwhile, and sleeps with them unblocked:
 // a handler without SA_RESTART that runs during the stream still ends the
 // wait with EINTR (rdma-core's read() of the channel fd would).
-TEST(CompletionChannel, SignalDuringAStreamStillInterruptsTheWait) {
-  PairOptions o = with_channel();
+TEST_P(Waiting, SignalDuringAStreamStillInterruptsTheWait) {
+  PairOptions o = over(GetParam(), with_channel());
   o.congestion = transport::CongestionConfig{};
   o.congestion->mode = transport::CcMode::none;
   Pair p(o);
@@ -268,6 +275,8 @@ TEST(CompletionChannel, SignalDuringAStreamStillInterruptsTheWait) {
   EXPECT_EQ(ev.status().code(), EINTR) << ev.status().to_string();
   EXPECT_GT(p.a.counters().rx_packets, taken_before) << "no stream reached A while it waited";
 }
+
+INSTANTIATE_TEST_SUITE_P(Over, Waiting, ::testing::Values(PacketPath::udp, PacketPath::shm), PacketPathName);
 
 TEST(CompletionChannel, WaitEventsAckedBlocksUntilAcked) {
   Pair p(with_channel());

@@ -148,7 +148,8 @@ int run_active(const Options& o) {
   Checks checks;
   const uint32_t n = uint32_t(o.size);
 
-  note("uroce demo: RDMA between two processes over RoCEv2 (UDP) on %s", o.addr.c_str());
+  note("uroce demo: RDMA between two processes over RoCEv2 on %s (same host: through", o.addr.c_str());
+  note("shared memory, or UDP with UROCE_SHM=0)");
   blank();
   note("This process is the ACTIVE side: it posts every operation.  It starts a copy of");
   note("itself as the PASSIVE side, which registers memory, posts one receive buffer and");

@@ -268,7 +268,7 @@ int run_local(const Options& o) {
   const std::string where = "client " + caddr->to_string() + " (pid " + std::to_string(::getpid()) + ", " +
                             cpu_name(cpus->first) + ") <-> server " + saddr->to_string() + " (pid " +
                             std::to_string(server.pid()) + ", " + cpu_name(cpus->second) +
-                            "), RoCEv2 over UDP and TCP on loopback";
+                            "), RoCEv2 (through shared memory; UROCE_SHM=0: UDP) and TCP on loopback";
   const int rc = run_clients(o, ep, *caddr, cpus->first, cpus->second, *modes, where);
   const int child = server.wait(10000);
   if (child != 0) std::fprintf(stderr, "uroce pingpong: the server exited with status %d\n", child);

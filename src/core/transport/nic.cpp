@@ -92,6 +92,9 @@ Result<std::shared_ptr<Nic>> Nic::get(const NicConfig& cfg) {
               (nic->faults_ ? "with the faults " + to_string(*nic->faults_) : std::string("without faults")) +
               "; the first open of an address sets them");
       }
+      if (cfg.shm && *cfg.shm != nic->shm_)
+        return err::busy(cfg.name + ": " + cfg.addr.to_string() + " is already open in this process " +
+                         (nic->shm_ ? "with" : "without") + " shared memory; the first open of an address decides");
       return nic;
     }
   std::shared_ptr<Nic> nic(new Nic(cfg));
@@ -150,8 +153,8 @@ Status Nic::open_io(const IoFactory* factory) {
       return io.status();
     }
     // Same-host peers through shared memory, unless UROCE_SHM=0.
-    io_ = net::ShmIo::wrap_if_enabled(std::move(*io), registry_ ? int(registry_->slot()) : -1,
-                                      cfg_.shm.value_or(net::ShmIo::enabled_by_env()));
+    shm_ = cfg_.shm.value_or(net::ShmIo::enabled_by_env());
+    io_ = net::ShmIo::wrap_if_enabled(std::move(*io), registry_ ? int(registry_->slot()) : -1, shm_);
   }
   // Fault injection: the device's own configuration, else UROCE_FAULTS.
   if (cfg_.faults) {

@@ -97,6 +97,9 @@ class Nic {
   Counters snapshot() const noexcept;
   // The fault injection in effect (from NicConfig::faults or UROCE_FAULTS).
   const std::optional<FaultConfig>& faults() const noexcept { return faults_; }
+  // Whether same-host peers were to be reached through shared memory (the
+  // rings may still be missing: no room for them).
+  bool shared_memory() const noexcept { return shm_; }
   // Path of the shared-memory file `uroce stat` reads ("" if not published).
   std::string stats_path() const;
   // Writes the counters to that file now.  NIC lock held.
@@ -243,6 +246,7 @@ class Nic {
   std::shared_ptr<net::HostRegistry> registry_;
   std::unique_ptr<net::PacketIo> io_;
   std::optional<FaultConfig> faults_;
+  bool shm_ = false;  // shared-memory rings asked for (NicConfig::shm, else UROCE_SHM)
   std::unique_ptr<net::StatsPublisher> stats_;
   Clock::time_point stats_at_{};  // last publication
   uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)
