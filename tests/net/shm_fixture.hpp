@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -113,6 +115,36 @@ class ShmTest : public ::testing::Test {
   }
 
   std::string dir_;
+};
+
+// A tmpfs of `size` ("1m") on a fresh directory, for rings that find no
+// room; unmounted and removed at the end.  path() is empty where mounting is
+// not allowed (not root): skip then.
+class SmallTmpfs {
+ public:
+  explicit SmallTmpfs(const char* size) {
+    char dir[] = "/tmp/uroce-small-XXXXXX";
+    if (!::mkdtemp(dir)) return;
+    const std::string opts = std::string("size=") + size + ",mode=0700";
+    if (::mount("tmpfs", dir, "tmpfs", 0, opts.c_str()) != 0) {
+      why_ = std::string("cannot mount a tmpfs here: ") + std::strerror(errno);
+      ::rmdir(dir);
+      return;
+    }
+    path_ = dir;
+  }
+  ~SmallTmpfs() {
+    if (path_.empty()) return;
+    EXPECT_EQ(::umount(path_.c_str()), 0);
+    EXPECT_EQ(::rmdir(path_.c_str()), 0);
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  const std::string& path() const { return path_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string path_, why_;
 };
 
 inline ShmMeta meta(uint16_t hint = 0) { return ShmMeta{Endpoint{kLo, 1234}, kLo, 0x02, 64, hint}; }

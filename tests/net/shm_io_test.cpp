@@ -2,11 +2,6 @@
 // datagram, GSO trains and their ICRCs, back-pressure, the doorbell that
 // wakes a sleeper, stale ring files of dead processes, a restarted peer,
 // fault injection on top.
-#include <sys/mount.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "shm_fixture.hpp"
 
 namespace uroce::net::shm_test {
@@ -374,12 +369,8 @@ TEST_F(ShmTest, DestinationQpSlotPicksItsRingElseThePortsOwn) {
 // A tmpfs without room for a full-size ring (a container's small /dev/shm)
 // gets a smaller one instead of none.
 TEST(ShmIoSpace, NoRoomForTheFullRingGivesASmallerOne) {
-  char dir[] = "/tmp/uroce-small-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  if (::mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700") != 0) {
-    ::rmdir(dir);
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  }
+  SmallTmpfs fs("4m");
+  if (fs.path().empty()) GTEST_SKIP() << fs.why();
   {
     UdpConfig u;
     u.local = kLo;
@@ -387,15 +378,13 @@ TEST(ShmIoSpace, NoRoomForTheFullRingGivesASmallerOne) {
     auto udp = UdpIo::open(u);
     ASSERT_TRUE(udp.ok()) << udp.status().to_string();
     ShmConfig cfg;
-    cfg.dir = dir;
+    cfg.dir = fs.path();
     ASSERT_EQ(cfg.ring.slots, 2048u);  // 8.6 MiB: no room
     auto io = ShmIo::wrap(std::move(*udp), cfg);
     ASSERT_TRUE(io.ok()) << io.status().to_string();
     ASSERT_NE((*io)->ring(), nullptr);
     EXPECT_EQ((*io)->ring()->slots(), 512u);  // 2.1 MiB
   }
-  EXPECT_EQ(::umount(dir), 0);
-  EXPECT_EQ(::rmdir(dir), 0);
 }
 
 TEST_F(ShmTest, UdpPeersStillWork) {

@@ -18,26 +18,21 @@ namespace {
 // to size would fault with SIGBUS at the first write to a page tmpfs cannot
 // give.  Needs the right to mount a tmpfs (root), else skipped.
 TEST(ShmRingSpace, AFullTmpfsFailsCreateInsteadOfFaultingLater) {
-  char dir[] = "/tmp/uroce-tiny-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  if (::mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0700") != 0) {
-    ::rmdir(dir);
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  }
+  SmallTmpfs fs("1m");
+  if (fs.path().empty()) GTEST_SKIP() << fs.why();
+  const std::string dir = fs.path();
   ShmRing::CreateOptions opt;
   opt.slots = 2048;  // 8.6 MiB
-  auto ring = ShmRing::create(std::string(dir) + "/big.ring", opt);
+  auto ring = ShmRing::create(dir + "/big.ring", opt);
   EXPECT_FALSE(ring.ok());
   if (!ring.ok()) {
     EXPECT_EQ(ring.status().code(), ENOSPC) << ring.status().to_string();
   }
   ring = Result<std::unique_ptr<ShmRing>>(err::inval("released"));
   opt.slots = 64;  // 270 KiB: fits
-  auto small = ShmRing::create(std::string(dir) + "/small.ring", opt);
+  auto small = ShmRing::create(dir + "/small.ring", opt);
   EXPECT_TRUE(small.ok()) << small.status().to_string();
   small = Result<std::unique_ptr<ShmRing>>(err::inval("released"));
-  EXPECT_EQ(::umount(dir), 0);
-  EXPECT_EQ(::rmdir(dir), 0);
 }
 
 TEST_F(ShmTest, RingKeepsOrderBytesAndMetadata) {
