@@ -90,7 +90,8 @@ class Context {
   ~Context();
 
   // The device as opened (mtu filled in, and shared_memory: whether its NIC
-  // reaches same-host peers through shared memory).
+  // was set to reach same-host peers through shared memory; it keeps UDP
+  // where its ring could not be made, with a warning).
   const DeviceInfo& info() const noexcept;
   const std::string& name() const noexcept;
   const DeviceAttributes& device_attr() const noexcept;
