@@ -18,6 +18,8 @@ namespace uroce::test::two_proc {
 
 inline constexpr int kWaitMs = 10000;
 
+// The address of both ends (loopback): one per test that may run beside
+// another, since a port shared on one address sees the others' strays.
 inline constexpr const char* kAddr = "127.0.93.1";
 
 struct Info {
@@ -29,9 +31,11 @@ struct Info {
 // One process's end: device, PD, CQ, RC QP, a registered buffer (1 MiB by
 // default) and the path MTU its QP uses.
 struct End {
-  explicit End(size_t buf_size = size_t(1) << 20, Mtu mtu = Mtu::m1024) : mtu(mtu), buf(buf_size) {}
+  explicit End(size_t buf_size = size_t(1) << 20, Mtu mtu = Mtu::m1024, const char* addr = kAddr)
+      : mtu(mtu), addr(addr), buf(buf_size) {}
 
   Mtu mtu;
+  const char* addr;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<Pd> pd;
   std::unique_ptr<Cq> cq;
@@ -44,7 +48,7 @@ struct End {
     // Port 4791 (falling back to an ephemeral one) of an address no other
     // test uses: the two processes share its port with nobody else, whose
     // stray datagrams the group's default position would receive.
-    cfg.gids.push_back(*IpAddr::parse(kAddr));
+    cfg.gids.push_back(*IpAddr::parse(addr));
     auto c = Context::open(cfg);
     if (!c.ok()) return false;
     ctx = std::move(*c);
@@ -84,7 +88,7 @@ struct End {
     a.path_mtu = mtu;
     a.dest_qp_num = peer.qpn;
     a.rq_psn = 0x100;
-    a.ah_attr.dgid = *IpAddr::parse(kAddr);
+    a.ah_attr.dgid = *IpAddr::parse(addr);
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 12;
     if (!qp->modify(a, qp_attr_mask::kState | qp_attr_mask::kAv | qp_attr_mask::kPathMtu | qp_attr_mask::kDestQpn |

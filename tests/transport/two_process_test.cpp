@@ -33,6 +33,12 @@ using namespace two_proc;
 
 enum class Between { udp, shm };
 
+// Each variant on an address of its own: ctest may run them side by side,
+// and the Shm variant counts every packet its NIC received -- a datagram
+// the Udp variant's processes sent to a slot that had gone (the shared
+// port's default position takes it) would be one too many.
+const char* address_of(Between path) { return path == Between::udp ? "127.0.93.1" : "127.0.93.2"; }
+
 // Every packet the NIC of `e` received came through its ring (none by UDP).
 // Returns how many it received; 0 on a mismatch.
 uint64_t all_through_ring(const End& e) {
@@ -57,7 +63,7 @@ uint64_t all_through_ring(const End& e) {
 
 // The child: exit code 0 on success, else the number of the failed step.
 int child_main(int in, int out, Between path) {
-  End e(kBuf, Mtu::m4096);
+  End e(kBuf, Mtu::m4096, address_of(path));
   if (!e.open()) return 10;
   fill_pattern(e.buf.data() + 300000, 200000, 3);  // for the parent's READ
   uint64_t counter = 1000;
@@ -143,7 +149,7 @@ TEST_P(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
     close(out);
     return status;
   };
-  End e(kBuf, Mtu::m4096);
+  End e(kBuf, Mtu::m4096, address_of(path));
   Info peer{}, mine{};
   int step = 0;
   const bool ok = ++step && e.open() && ++step && read_full(in, &peer, sizeof peer) && ++step &&
