@@ -163,6 +163,62 @@ TEST_P(RcOps, AtomicsReturnOriginalValue) {
 
 INSTANTIATE_TEST_SUITE_P(Over, RcOps, kEveryPacketPath, PacketPathName);
 
+// Deep queues start with room for 16 WRs and grow as WRs pile up
+// (transport/work_queue.hpp): 200 SENDs of 100 bytes posted in lists of 50,
+// so the send queue grows while the earlier ones are in flight, to 200
+// receives posted the same way.  Every message lands byte-exact and in
+// order, and both sides complete all 200 in order.
+class RcDeepQueue : public ::testing::TestWithParam<PacketPath> {};
+
+TEST_P(RcDeepQueue, QueuesGrowingWhileWrsAreInFlightLoseNothing) {
+  PairOptions o;
+  o.max_send_wr = o.max_recv_wr = 256;
+  o.cqe = 512;
+  Pair p{over(GetParam(), o)};
+  constexpr uint32_t kMsgs = 200, kLen = 100, kList = 50;
+  fill_pattern(p.a.buf.data(), kMsgs * kLen, 9);
+  for (uint32_t first = 0; first < kMsgs; first += kList) {
+    std::vector<RecvWr> rwrs(kList);
+    std::vector<Sge> rsges(kList);
+    for (uint32_t i = 0; i < kList; ++i) {
+      rsges[i] = p.b.sge(size_t(first + i) * kLen, kLen);
+      rwrs[i].wr_id = 1000 + first + i;
+      rwrs[i].sg_list = {&rsges[i], 1};
+    }
+    size_t bad = 99;
+    ASSERT_TRUE(p.b.qp->post_recv(rwrs, &bad).ok());
+  }
+  for (uint32_t first = 0; first < kMsgs; first += kList) {
+    std::vector<SendWr> wrs(kList);
+    std::vector<Sge> sges(kList);
+    for (uint32_t i = 0; i < kList; ++i) {
+      sges[i] = p.a.sge(size_t(first + i) * kLen, kLen);
+      wrs[i].wr_id = first + i;
+      wrs[i].opcode = WrOpcode::send;
+      wrs[i].send_flags = send_flags::kSignaled;
+      wrs[i].sg_list = {&sges[i], 1};
+    }
+    size_t bad = 99;
+    ASSERT_TRUE(p.a.qp->post_send(wrs, &bad).ok()) << "list at " << first;
+  }
+  auto rc = poll_n(*p.b.rcq, kMsgs);
+  ASSERT_EQ(rc.size(), kMsgs);
+  for (uint32_t i = 0; i < kMsgs; ++i) {
+    EXPECT_EQ(rc[i].status, WcStatus::success) << i;
+    EXPECT_EQ(rc[i].wr_id, 1000u + i);
+    EXPECT_EQ(rc[i].byte_len, kLen);
+  }
+  auto sc = poll_n(*p.a.scq, kMsgs);
+  ASSERT_EQ(sc.size(), kMsgs);
+  for (uint32_t i = 0; i < kMsgs; ++i) {
+    EXPECT_EQ(sc[i].status, WcStatus::success) << i;
+    EXPECT_EQ(sc[i].wr_id, i);
+  }
+  EXPECT_EQ(std::memcmp(p.a.buf.data(), p.b.buf.data(), kMsgs * kLen), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Over, RcDeepQueue, kEveryPacketPath, PacketPathName);
+
 // A ping-pong on one CQ per side: the ACK of the ping (held back to leave
 // with the pong) still reaches the pinger before the pong, so its SEND
 // completes before the pong's RECV, as with hardware.  Programs that take

@@ -193,9 +193,10 @@ void QpEngine::close() noexcept {
 }
 
 bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah, SendPlan plan) noexcept {
-  if (sq.full()) return false;
   const uint32_t idx = sq.tail();
-  SendWqe& w = sq.push();
+  SendWqe* wqe = sq.push();
+  if (!wqe) return false;  // full (or out of memory to grow into)
+  SendWqe& w = *wqe;
   w = SendWqe{};
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;

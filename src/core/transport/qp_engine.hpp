@@ -102,6 +102,7 @@ class QpEngine {
   void ring_doorbell(size_t posted) noexcept;
   Status post_recv(std::span<const verbs::RecvWr> wrs, size_t* bad);
   uint32_t sq_max_wr() const noexcept { return sq.max_wr(); }
+  bool sq_full() const noexcept { return sq.full(); }
   // The QP is being destroyed: the ACK it owes goes out, it leaves the NIC.
   void close() noexcept;
 

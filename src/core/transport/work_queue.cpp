@@ -18,7 +18,12 @@ Status post_recv_wrs(WorkQueue<RecvWqe>& q, std::span<const verbs::RecvWr> wrs, 
       break;
     }
     const uint32_t idx = q.tail();
-    RecvWqe& w = q.push();
+    RecvWqe* wqe = q.push();
+    if (!wqe) {
+      result = err::nomem(std::string(queue_name) + ": out of memory for " + std::to_string(q.size() + 1) + " WRs");
+      break;
+    }
+    RecvWqe& w = *wqe;
     w.wr_id = wr.wr_id;
     w.num_sge = uint16_t(wr.sg_list.size());
     w.length = 0;

@@ -2,8 +2,10 @@
 // receive queues, an SRQ).  Guarded by the lock of the QP's NIC.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,42 +63,79 @@ struct RecvWqe {
   uint32_t length = 0;  // sum of SGE lengths
 };
 
-// A bounded FIFO of WQEs with the SGEs of each entry stored beside it.
+// A bounded FIFO of WQEs with the SGEs (and inline bytes) of each entry
+// stored beside it.  Entries are addressed by free-running counter values.
+// The storage grows (doubling) as the queue first holds more entries than
+// it has room for, up to max_wr: a QP created with deep queues but used
+// with few WRs outstanding costs what a shallow one does (seed 004's QP
+// scaling).  A reference to an entry is good until the next push().
 template <class Wqe>
 class WorkQueue {
  public:
+  static constexpr uint32_t kFirstRoom = 16;
+
   void init(uint32_t max_wr, uint32_t max_sge, uint32_t inline_bytes = 0) {
-    cap_ = 1;
-    while (cap_ < max_wr) cap_ <<= 1;
     max_wr_ = max_wr;
     max_sge_ = max_sge == 0 ? 1 : max_sge;
     inline_bytes_ = inline_bytes;
-    wqes_.assign(cap_, Wqe{});
-    sges_.assign(size_t(cap_) * max_sge_, verbs::Sge{});
-    inline_.assign(size_t(cap_) * inline_bytes, 0);
+    room_ = 1;
+    while (room_ < std::min(max_wr, kFirstRoom)) room_ <<= 1;
+    wqes_.assign(room_, Wqe{});
+    sges_.assign(size_t(room_) * max_sge_, verbs::Sge{});
+    inline_.assign(size_t(room_) * inline_bytes, 0);
     head_ = tail_ = 0;
   }
   uint32_t max_wr() const noexcept { return max_wr_; }
+  // A new bound, at least size() (an SRQ's modify).
+  void set_max_wr(uint32_t max_wr) noexcept { max_wr_ = max_wr; }
   uint32_t max_sge() const noexcept { return max_sge_; }
   uint32_t inline_bytes() const noexcept { return inline_bytes_; }
   uint32_t size() const noexcept { return tail_ - head_; }
   bool empty() const noexcept { return head_ == tail_; }
   bool full() const noexcept { return size() >= max_wr_; }
-  // Counters run freely; entries are addressed by counter value.
+  // Entries the storage holds now (a power of two, at most max_wr rounded up).
+  uint32_t room() const noexcept { return room_; }
   uint32_t head() const noexcept { return head_; }
   uint32_t tail() const noexcept { return tail_; }
-  Wqe& at(uint32_t n) noexcept { return wqes_[n & (cap_ - 1)]; }
-  verbs::Sge* sges(uint32_t n) noexcept { return &sges_[size_t(n & (cap_ - 1)) * max_sge_]; }
-  uint8_t* inline_data(uint32_t n) noexcept { return inline_.data() + size_t(n & (cap_ - 1)) * inline_bytes_; }
-  Wqe& push() noexcept { return at(tail_++); }  // caller checked !full()
+  Wqe& at(uint32_t n) noexcept { return wqes_[n & (room_ - 1)]; }
+  verbs::Sge* sges(uint32_t n) noexcept { return &sges_[size_t(n & (room_ - 1)) * max_sge_]; }
+  uint8_t* inline_data(uint32_t n) noexcept { return inline_.data() + size_t(n & (room_ - 1)) * inline_bytes_; }
+  // Adds an entry at tail(); nullptr when the queue is full or its storage
+  // cannot grow (out of memory).
+  Wqe* push() noexcept {
+    if (full() || (size() == room_ && !grow())) return nullptr;
+    return &at(tail_++);
+  }
   void pop() noexcept { ++head_; }
   void clear() noexcept { head_ = tail_; }
 
  private:
+  bool grow() noexcept {
+    const uint32_t room = room_ * 2;
+    try {
+      std::vector<Wqe> wqes(room);
+      std::vector<verbs::Sge> sges(size_t(room) * max_sge_);
+      std::vector<uint8_t> inl(size_t(room) * inline_bytes_);
+      for (uint32_t n = head_; n != tail_; ++n) {
+        const size_t from = n & (room_ - 1), to = n & (room - 1);
+        wqes[to] = wqes_[from];
+        std::copy_n(&sges_[from * max_sge_], max_sge_, &sges[to * max_sge_]);
+        std::copy_n(inline_.data() + from * inline_bytes_, inline_bytes_, inl.data() + to * inline_bytes_);
+      }
+      wqes_.swap(wqes);
+      sges_.swap(sges);
+      inline_.swap(inl);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    room_ = room;
+    return true;
+  }
+
   std::vector<Wqe> wqes_;
   std::vector<verbs::Sge> sges_;
   std::vector<uint8_t> inline_;
-  uint32_t cap_ = 0, max_wr_ = 0, max_sge_ = 1, inline_bytes_ = 0;
+  uint32_t room_ = 1, max_wr_ = 0, max_sge_ = 1, inline_bytes_ = 0;
   uint32_t head_ = 0, tail_ = 0;
 };
 

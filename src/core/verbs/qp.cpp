@@ -245,7 +245,8 @@ Status Qp::post_send(std::span<const SendWr> wrs, size_t* bad) {
       break;
     }
     if (!engine_->post_send(wr, type() == QpType::ud ? &wr.ah->attr() : nullptr, send_plan(wr))) {
-      result = err::nomem("send queue full (" + std::to_string(engine_->sq_max_wr()) + " WRs)");
+      result = err::nomem(engine_->sq_full() ? "send queue full (" + std::to_string(engine_->sq_max_wr()) + " WRs)"
+                                             : std::string("out of memory to grow the send queue"));
       break;
     }
   }

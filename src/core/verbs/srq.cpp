@@ -68,15 +68,7 @@ Status Srq::modify(const SrqAttr& attr, uint32_t mask) {
   std::lock_guard g(nic().mu());
   if (mask & srq_attr_mask::kMaxWr) {
     if (attr.max_wr < q_.size() || attr.max_wr > kMaxWr) return err::inval("SRQ max_wr out of range");
-    transport::WorkQueue<transport::RecvWqe> nq;
-    nq.init(attr.max_wr, q_.max_sge());
-    while (!q_.empty()) {
-      const uint32_t h = q_.head(), t = nq.tail();
-      nq.push() = q_.at(h);
-      std::copy_n(q_.sges(h), q_.max_sge(), nq.sges(t));
-      q_.pop();
-    }
-    q_ = std::move(nq);
+    q_.set_max_wr(attr.max_wr);  // (the storage grows as WRs are posted)
   }
   if (mask & srq_attr_mask::kLimit) {
     if (attr.srq_limit > q_.max_wr()) return err::inval("srq_limit above max_wr");
