@@ -60,7 +60,8 @@ void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& i
   }
 }
 
-Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, const std::string& path) {
+Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, const std::string& path,
+                                             uint64_t max_frames) {
   if (!inner) return err::inval("PcapIo needs a packet I/O to wrap");
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!fd.valid()) return err::from_errno(errno, "packet trace " + path);
@@ -86,11 +87,13 @@ Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, co
   }
   (void)::flock(fd.get(), LOCK_UN);
   if (!s.ok()) return s;
-  return std::unique_ptr<PcapIo>(new PcapIo(std::move(inner), std::move(fd)));
+  return std::unique_ptr<PcapIo>(new PcapIo(std::move(inner), std::move(fd), max_frames));
 }
 
 void PcapIo::record(const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
                     std::span<const std::span<const uint8_t>> parts) noexcept {
+  if (full()) return;
+  ++frames_;
   try {
     rec_.resize(kRecordHeaderLen);
     append_ethernet_frame(rec_, ip, v, parts);  // a datagram's frame is far below kSnapLen
@@ -109,6 +112,7 @@ void PcapIo::record(const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
 
 size_t PcapIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   const size_t n = inner_->send_batch(pkts);
+  if (full()) return n;
   const Endpoint me = inner_->local();
   uint16_t train_left = 0, train_index = 0;
   for (const TxPacket& p : pkts) {
@@ -128,6 +132,7 @@ size_t PcapIo::send_batch(std::span<const TxPacket> pkts) noexcept {
 
 size_t PcapIo::recv_batch(std::span<RxPacket> out) noexcept {
   const size_t n = inner_->recv_batch(out);
+  if (full()) return n;
   const uint16_t port = inner_->local().port;
   for (size_t i = 0; i < n; ++i) {
     const RxPacket& p = out[i];

@@ -10,7 +10,9 @@
 // kernel gives it (packet i of a GSO train: i), a received one the ID its
 // ICRC was computed with (solved as the NIC's check does).  MAC addresses
 // are zero.  Several NICs, and several processes, may write one file: each
-// record is one append, the file header is written once.
+// record is one append, the file header is written once.  As tcpdump's -c,
+// a trace may stop after a number of frames (UROCE_PCAP_COUNT, counted by
+// each NIC): a second of a bandwidth test is hundreds of thousands.
 #pragma once
 
 #include <memory>
@@ -32,8 +34,11 @@ void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& i
 
 class PcapIo final : public PacketIo {
  public:
-  // Appends to `path` (created, mode 0600, with the pcap header if empty).
-  static Result<std::unique_ptr<PcapIo>> wrap(std::unique_ptr<PacketIo> inner, const std::string& path);
+  // Appends to `path` (created, mode 0600, with the pcap header if empty)
+  // the first `max_frames` packets (0: all) sent and received.
+  static Result<std::unique_ptr<PcapIo>> wrap(std::unique_ptr<PacketIo> inner, const std::string& path,
+                                              uint64_t max_frames = 0);
+  uint64_t frames() const noexcept { return frames_; }
 
   Endpoint local() const noexcept override { return inner_->local(); }
   uint16_t tx_ipv4_id() const noexcept override { return inner_->tx_ipv4_id(); }
@@ -52,12 +57,15 @@ class PcapIo final : public PacketIo {
   IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:
-  PcapIo(std::unique_ptr<PacketIo> inner, UniqueFd fd) : inner_(std::move(inner)), fd_(std::move(fd)) {}
+  PcapIo(std::unique_ptr<PacketIo> inner, UniqueFd fd, uint64_t max_frames)
+      : inner_(std::move(inner)), fd_(std::move(fd)), max_frames_(max_frames) {}
+  bool full() const noexcept { return max_frames_ != 0 && frames_ >= max_frames_; }
   void record(const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
               std::span<const std::span<const uint8_t>> parts) noexcept;
 
   std::unique_ptr<PacketIo> inner_;
   UniqueFd fd_;
+  uint64_t max_frames_ = 0, frames_ = 0;
   std::vector<uint8_t> rec_;  // one record (header and frame), reused
 };
 

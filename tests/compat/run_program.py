@@ -150,7 +150,11 @@ class Capture:
         if not shm_enabled(server_env):
             return server_env, client_env
         self.traces = [os.path.join(workdir, f"trace-{n}.pcap") for n in ("server", "client")]
-        return dict(server_env, UROCE_PCAP=self.traces[0]), dict(client_env, UROCE_PCAP=self.traces[1])
+        # As many frames as the capture on lo keeps (tshark -c): a second of
+        # qperf's rc_bw is 300,000, checked one by one.
+        count = {"UROCE_PCAP_COUNT": os.environ.get("UROCE_PCAP_COUNT", "20000")}
+        return (dict(server_env, UROCE_PCAP=self.traces[0], **count),
+                dict(client_env, UROCE_PCAP=self.traces[1], **count))
 
     @property
     def frames(self):

@@ -153,6 +153,43 @@ TEST_F(PcapIoTest, TwoWritersShareOneFileWithOneHeader) {
   EXPECT_EQ(tr.file.frames[0].data, tr.file.frames[1].data);
 }
 
+// UROCE_PCAP_COUNT: the first frames only (sent and received alike), the
+// packets themselves still go through.
+TEST_F(PcapIoTest, ACountedTraceStopsAfterItsFrames) {
+  auto net = FakeNetwork::create();
+  auto a = PcapIo::wrap(std::move(net->attach(kA).value()), path, 3);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = std::move(net->attach(kB).value());
+  std::vector<Bytes> sent;
+  std::vector<TxPacket> tx(2);
+  for (uint8_t i = 0; i < 2; ++i) {
+    wire::IpUdpFields ip{kA.addr, kB.addr, kA.port, kB.port, 0, 0x4000};
+    sent.push_back(roce_packet(ip, 64, uint8_t(0x20 + i)));
+    tx[i].dst = kB;
+    tx[i].head = sent[i];
+  }
+  ASSERT_EQ((*a)->send_batch(tx), 2u);  // frames 1 and 2
+  wire::IpUdpFields back{kB.addr, kA.addr, kB.port, kA.port, 0, 0x4000};
+  const Bytes reply = roce_packet(back, 40, 0x77);
+  TxPacket r;
+  r.dst = kA;
+  r.head = reply;
+  RxPacket rx[4];
+  for (int i = 0; i < 2; ++i) {  // frame 3, then none
+    ASSERT_EQ(b->send_batch({&r, 1}), 1u);
+    ASSERT_EQ((*a)->recv_batch(rx), 1u);
+  }
+  ASSERT_EQ((*a)->send_batch(tx), 2u);
+  EXPECT_EQ((*a)->frames(), 3u);
+  RxPacket brx[4];
+  EXPECT_EQ(b->recv_batch(brx), 4u);  // all four sent arrived
+  const Traced t = read_trace(path);
+  ASSERT_EQ(t.ip.size(), 3u);
+  EXPECT_EQ(Bytes(t.ip[0].udp_payload.begin(), t.ip[0].udp_payload.end()), sent[0]);
+  EXPECT_EQ(Bytes(t.ip[1].udp_payload.begin(), t.ip[1].udp_payload.end()), sent[1]);
+  EXPECT_EQ(Bytes(t.ip[2].udp_payload.begin(), t.ip[2].udp_payload.end()), reply);
+}
+
 TEST_F(PcapIoTest, AnUnwritablePathFailsWithItsErrno) {
   auto net = FakeNetwork::create();
   auto a = PcapIo::wrap(std::move(net->attach(kA).value()), dir + "/no/such/dir/trace.pcap");
