@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string_view>
 
 #include "wire/bytes.hpp"
 #include "wire/icrc.hpp"
@@ -58,6 +61,17 @@ void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& i
     const size_t udp = at + kEthernetLen + wire::kIpv6HeaderLen;
     wire::store_be16(out.data() + udp + 6, wire::udp_checksum(ip, std::span(out).subspan(udp)));
   }
+}
+
+Result<uint64_t> pcap_count_from_env() {
+  const char* v = std::getenv("UROCE_PCAP_COUNT");
+  if (!v || !*v) return uint64_t(0);
+  const std::string_view s(v);
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);  // digits only: no sign, no space
+  if (ec != std::errc() || end != s.data() + s.size())
+    return err::inval(std::string("UROCE_PCAP_COUNT=") + v + ": expected a number of frames (0: all)");
+  return n;
 }
 
 Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, const std::string& path,

@@ -32,6 +32,10 @@ namespace uroce::net {
 void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
                            std::span<const std::span<const uint8_t>> parts);
 
+// UROCE_PCAP_COUNT: frames per NIC (0, or unset: all); digits only, else
+// EINVAL naming the variable.
+Result<uint64_t> pcap_count_from_env();
+
 class PcapIo final : public PacketIo {
  public:
   // Appends to `path` (created, mode 0600, with the pcap header if empty)

@@ -165,8 +165,8 @@ INSTANTIATE_TEST_SUITE_P(Over, RcOps, kEveryPacketPath, PacketPathName);
 
 // Deep queues start with room for 16 WRs and grow as WRs pile up
 // (transport/work_queue.hpp): 200 SENDs of 100 bytes posted in lists of 50,
-// so the send queue grows while the earlier ones are in flight, to 200
-// receives posted the same way.  Every message lands byte-exact and in
+// every other one inline, so the send queue grows while the earlier ones
+// are in flight, to 200 receives posted the same way.  Every message lands byte-exact and in
 // order, and both sides complete all 200 in order.
 class RcDeepQueue : public ::testing::TestWithParam<PacketPath> {};
 
@@ -195,7 +195,8 @@ TEST_P(RcDeepQueue, QueuesGrowingWhileWrsAreInFlightLoseNothing) {
       sges[i] = p.a.sge(size_t(first + i) * kLen, kLen);
       wrs[i].wr_id = first + i;
       wrs[i].opcode = WrOpcode::send;
-      wrs[i].send_flags = send_flags::kSignaled;
+      // Every other one inline: its bytes live in the queue and move with it.
+      wrs[i].send_flags = send_flags::kSignaled | (i % 2 ? send_flags::kInline : 0);
       wrs[i].sg_list = {&sges[i], 1};
     }
     size_t bad = 99;

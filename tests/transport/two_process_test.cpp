@@ -37,7 +37,7 @@ enum class Between { udp, shm };
 // and the Shm variant counts every packet its NIC received -- a datagram
 // the Udp variant's processes sent to a slot that had gone (the shared
 // port's default position takes it) would be one too many.
-const char* address_of(Between path) { return path == Between::udp ? "127.0.93.1" : "127.0.93.2"; }
+const char* address_of(Between path) { return path == Between::udp ? kAddr : "127.0.93.2"; }
 
 // Every packet the NIC of `e` received came through its ring (none by UDP).
 // Returns how many it received; 0 on a mismatch.

@@ -181,9 +181,9 @@ Status Nic::open_io(const IoFactory* factory) {
   // The packet trace sees what leaves before the injected faults and what
   // arrives after them, as a capture at the NIC would.
   if (const char* pcap = std::getenv("UROCE_PCAP"); pcap && *pcap) {
-    uint64_t count = 0;
-    if (const char* c = std::getenv("UROCE_PCAP_COUNT"); c && *c) count = std::strtoull(c, nullptr, 10);
-    auto pio = net::PcapIo::wrap(std::move(io_), pcap, count);
+    auto count = net::pcap_count_from_env();
+    if (!count.ok()) return count.status();
+    auto pio = net::PcapIo::wrap(std::move(io_), pcap, *count);
     if (!pio.ok()) return pio.status();
     io_ = std::move(*pio);
   }

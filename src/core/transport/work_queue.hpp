@@ -93,7 +93,8 @@ class WorkQueue {
   uint32_t size() const noexcept { return tail_ - head_; }
   bool empty() const noexcept { return head_ == tail_; }
   bool full() const noexcept { return size() >= max_wr_; }
-  // Entries the storage holds now (a power of two, at most max_wr rounded up).
+  // Entries the storage holds now (a power of two; it grows to at most the
+  // largest max_wr the queue had, rounded up).
   uint32_t room() const noexcept { return room_; }
   uint32_t head() const noexcept { return head_; }
   uint32_t tail() const noexcept { return tail_; }
