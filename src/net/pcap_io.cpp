@@ -8,12 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <string_view>
 
+#include "common/parse_number.hpp"
 #include "wire/bytes.hpp"
 #include "wire/icrc.hpp"
 
@@ -66,12 +65,9 @@ void append_ethernet_frame(std::vector<uint8_t>& out, const wire::IpUdpFields& i
 Result<uint64_t> pcap_count_from_env() {
   const char* v = std::getenv("UROCE_PCAP_COUNT");
   if (!v || !*v) return uint64_t(0);
-  const std::string_view s(v);
-  uint64_t n = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);  // digits only: no sign, no space
-  if (ec != std::errc() || end != s.data() + s.size())
-    return err::inval(std::string("UROCE_PCAP_COUNT=") + v + ": expected a number of frames (0: all)");
-  return n;
+  const auto n = parse_unsigned<uint64_t>(v);
+  if (!n) return err::inval(std::string("UROCE_PCAP_COUNT=") + v + ": expected a number of frames (0: all)");
+  return *n;
 }
 
 Result<std::unique_ptr<PcapIo>> PcapIo::wrap(std::unique_ptr<PacketIo> inner, const std::string& path,

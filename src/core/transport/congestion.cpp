@@ -2,11 +2,11 @@
 #include "transport/congestion.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
 #include "common/log.hpp"
+#include "common/parse_number.hpp"
 #include "transport/nic.hpp"
 #include "transport/qp_engine.hpp"
 #include "transport/requester.hpp"
@@ -51,14 +51,12 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
   };
   if (!flag("UROCE_SR", cfg.selective_repeat) || !flag("UROCE_SACK", cfg.sack)) return false;
   if (const char* v = std::getenv("UROCE_RETRY_FLOOR_MS"); v && *v) {
-    const std::string_view s(v);
-    uint32_t ms = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), ms);  // digits only: no sign, no space
-    if (ec != std::errc() || end != s.data() + s.size() || ms > 3'600'000) {
+    const auto ms = parse_unsigned<uint32_t>(v);
+    if (!ms || *ms > 3'600'000) {
       bad = "UROCE_RETRY_FLOOR_MS";
       return false;
     }
-    cfg.retry_floor = std::chrono::milliseconds(ms);
+    cfg.retry_floor = std::chrono::milliseconds(*ms);
   }
   return true;
 }
