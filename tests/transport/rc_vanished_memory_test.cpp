@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include "common/fault_guard.hpp"
 #include "loopback.hpp"
 #include "verbs/unmap_watch.hpp"
@@ -268,15 +270,28 @@ TEST(RemappedMemory, OldKeysNeverReachTheNewMapping) {
 TEST(RemappedMemory, DeregisteredThenUnmappedThenRegisteredAgainWorks) {
   if (!verbs::UnmapWatch::instance().available()) GTEST_SKIP() << "no userfaultfd here";
   Pair p;
-  auto* m =
-      static_cast<uint8_t*>(::mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(m, MAP_FAILED);
-  auto first = reg_mr(*p.b.pd, m, 2 * kPage, kAll);
-  ASSERT_TRUE(first && first->watched());
-  first.reset();
-  ASSERT_EQ(::munmap(m, 2 * kPage), 0);
-  ASSERT_EQ(::mmap(m, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0),
-            static_cast<void*>(m));
+  // Between the munmap and the mmap another thread of this process (the
+  // NICs' threads, a sanitizer's allocator) may take the freed address; then
+  // the whole sequence starts again over a new mapping.
+  uint8_t* m = nullptr;
+  for (int attempt = 0; attempt < 50 && m == nullptr; ++attempt) {
+    void* fresh = ::mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(fresh, MAP_FAILED);
+    auto first = reg_mr(*p.b.pd, fresh, 2 * kPage, kAll);
+    ASSERT_TRUE(first && first->watched());
+    first.reset();
+    ASSERT_EQ(::munmap(fresh, 2 * kPage), 0);
+    void* again =
+        ::mmap(fresh, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (again == fresh) {
+      m = static_cast<uint8_t*>(again);
+    } else if (again != MAP_FAILED) {
+      ::munmap(again, 2 * kPage);  // a kernel without MAP_FIXED_NOREPLACE placed it elsewhere
+    } else {
+      ASSERT_EQ(errno, EEXIST) << "mmap at the freed address";
+    }
+  }
+  ASSERT_NE(m, nullptr) << "the freed address was taken 50 times in a row";
   std::memset(m, 0x3c, 2 * kPage);
   auto again = reg_mr(*p.b.pd, m, 2 * kPage, kAll);
   ASSERT_TRUE(again);
