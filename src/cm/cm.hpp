@@ -193,7 +193,11 @@ struct Config {
   uint8_t packet_lifetime = 12;      // added twice to every MAD timer
   uint8_t mra_service_timeout = 20;  // what an MRA asks the peer to wait
   uint8_t ack_timeout = 14;          // QP local ACK timeout (67 ms)
-  uint8_t min_rnr_timer = 12;        // QP RNR NAK timer (0.64 ms)
+  // The RNR NAK timer our responders take at RTR.  0 (655.36 ms), as
+  // Linux's CM gives it: a peer that posts its receive late (a Python test,
+  // a process delayed under load) is waited for seconds, not milliseconds,
+  // before its RNR retries run out.
+  uint8_t min_rnr_timer = 0;
   uint8_t hop_limit = 64;
   std::chrono::milliseconds timewait{1000};
   int max_backlog = 1024;

@@ -55,8 +55,12 @@ TEST_F(Cm_, HandshakeAndTeardownMadByMad) {
   // rdma_init_qp_attr on the passive side before accept: the REQ's values.
   QpAttrs rtr;
   rtr.qp_state = QpState::rtr;
+  rtr.min_rnr_timer = 31;
   ASSERT_TRUE(b.cm.init_qp_attr(s, rtr).ok());
   EXPECT_EQ(rtr.dest_qp_num, 0x4002u);
+  // The RNR timer the kernel's CM gives (cm_init_qp_rtr_attr): 0, 655.36 ms.
+  EXPECT_NE(rtr.mask & qp_mask::kMinRnrTimer, 0u);
+  EXPECT_EQ(rtr.min_rnr_timer, 0);
   // A REQ's or REP's Starting PSN is the first PSN its sender expects to
   // receive, as Linux's CM has it (tests/data/rxe_rping.pcap: rxe's active
   // side sends from the REP's PSN, its passive side from the REQ's).
