@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/log.hpp"
+#include "common/parse_number.hpp"
 
 namespace uroce::net {
 namespace {
@@ -37,11 +38,20 @@ bool ShmIo::enabled_by_env() noexcept {
   return !(s == "0" || s == "off" || s == "false" || s == "no");
 }
 
-std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable) {
+Result<uint32_t> ShmIo::slots_from_env() {
+  const char* v = std::getenv("UROCE_SHM_SLOTS");
+  if (!v || !*v) return uint32_t(0);
+  const auto n = parse_unsigned<uint32_t>(v);
+  if (!n || *n < 2 || *n > 65536)
+    return err::inval(std::string("UROCE_SHM_SLOTS=") + v + ": expected a number of ring slots, 2 to 65536");
+  return *n;
+}
+
+std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable, uint32_t slots) {
   if (!enable) return udp;
   ShmConfig cfg;
   cfg.slot = slot;
-  if (const char* n = std::getenv("UROCE_SHM_SLOTS"); n && *n) cfg.ring.slots = uint32_t(std::strtoul(n, nullptr, 10));
+  if (slots) cfg.ring.slots = slots;
   auto shm = wrap(std::move(udp), cfg);
   if (shm.ok()) return std::move(*shm);
   UROCE_LOG(warn, "shared-memory rings unavailable, UDP only (UROCE_SHM=0 says so quietly): %s",

@@ -76,9 +76,15 @@ class ShmIo final : public PacketIo {
   static Result<std::unique_ptr<ShmIo>> wrap(std::unique_ptr<UdpIo>&& udp, const ShmConfig& cfg = {});
   // On unless UROCE_SHM is 0 (also "off", "false", "no").
   static bool enabled_by_env() noexcept;
+  // UROCE_SHM_SLOTS: the slots of the ring this process creates, 2 to
+  // 65536 in decimal digits (rounded up to a power of two as the ring
+  // does); 0 when unset.  Anything else is EINVAL naming the variable.
+  static Result<uint32_t> slots_from_env();
   // What the NIC uses: `udp` wrapped in a ShmIo if `enable` (and it can be
-  // made: else a warning and `udp` as it is).
-  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable);
+  // made: else a warning and `udp` as it is), with rings of `slots` slots
+  // (0: the default).
+  static std::unique_ptr<PacketIo> wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable,
+                                                   uint32_t slots = 0);
   ~ShmIo() override;
 
   Endpoint local() const noexcept override { return udp_->local(); }

@@ -219,6 +219,28 @@ TEST(Context, ConflictingSharedMemoryOpensAreRefused) {
   EXPECT_TRUE(Context::open(again).ok());
 }
 
+// UROCE_SHM_SLOTS: a bad value fails the open with EINVAL naming it, as the
+// other UROCE_* numbers do, but only where shared memory is on.
+TEST(Context, BadSharedMemorySlotsFailTheOpen) {
+  const char* saved = std::getenv("UROCE_SHM_SLOTS");
+  const std::string keep = saved ? saved : "";
+  ::setenv("UROCE_SHM_SLOTS", "2048x", 1);
+  DeviceInfo d = local_device("127.0.0.4");
+  d.udp_port = 0;
+  d.shared_memory = true;
+  auto bad = Context::open(d);
+  d.shared_memory = false;
+  auto without = Context::open(d);
+  if (saved)
+    ::setenv("UROCE_SHM_SLOTS", keep.c_str(), 1);
+  else
+    ::unsetenv("UROCE_SHM_SLOTS");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), EINVAL);
+  EXPECT_NE(bad.status().to_string().find("UROCE_SHM_SLOTS"), std::string::npos) << bad.status().to_string();
+  EXPECT_TRUE(without.ok()) << without.status().to_string();
+}
+
 TEST(Context, AsyncEventWaitTimesOut) {
   Context ctx = must(Context::open(local_device("127.0.0.1")), "open");
   const auto t0 = std::chrono::steady_clock::now();

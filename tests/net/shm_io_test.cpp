@@ -32,6 +32,32 @@ std::vector<std::pair<Bytes, RxPacket>> recv_n(PacketIo& io, size_t n, std::chro
   return got;
 }
 
+// UROCE_SHM_SLOTS: decimal digits, 2 to 65536; anything else is EINVAL
+// naming it.
+TEST(ShmSlots, EnvironmentTakesDigitsWithinTheRingsRange) {
+  const char* saved = std::getenv("UROCE_SHM_SLOTS");
+  const std::string keep = saved ? saved : "";
+  ASSERT_EQ(::unsetenv("UROCE_SHM_SLOTS"), 0);
+  EXPECT_EQ(ShmIo::slots_from_env().value(), 0u);
+  for (const auto& [v, n] : {std::pair{"2", 2u}, {"512", 512u}, {"3000", 3000u}, {"65536", 65536u}}) {
+    ASSERT_EQ(::setenv("UROCE_SHM_SLOTS", v, 1), 0);
+    auto r = ShmIo::slots_from_env();
+    ASSERT_TRUE(r.ok()) << v;
+    EXPECT_EQ(*r, n) << v;
+  }
+  for (const char* v : {"0", "1", "65537", "-2048", "2k", " 512", "99999999999"}) {
+    ASSERT_EQ(::setenv("UROCE_SHM_SLOTS", v, 1), 0);
+    auto r = ShmIo::slots_from_env();
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_EQ(r.status().code(), EINVAL) << v;
+    EXPECT_NE(r.status().to_string().find("UROCE_SHM_SLOTS"), std::string::npos) << r.status().to_string();
+  }
+  if (saved)
+    ::setenv("UROCE_SHM_SLOTS", keep.c_str(), 1);
+  else
+    ::unsetenv("UROCE_SHM_SLOTS");
+}
+
 TEST_F(ShmTest, TwoNicsExchangePacketsWithoutUdpDatagrams) {
   auto a = open_io(), b = open_io();
   ASSERT_TRUE(a && b);

@@ -154,7 +154,13 @@ Status Nic::open_io(const IoFactory* factory) {
     }
     // Same-host peers through shared memory, unless UROCE_SHM=0.
     shm_ = cfg_.shm.value_or(net::ShmIo::enabled_by_env());
-    io_ = net::ShmIo::wrap_if_enabled(std::move(*io), registry_ ? int(registry_->slot()) : -1, shm_);
+    uint32_t slots = 0;
+    if (shm_) {
+      auto n = net::ShmIo::slots_from_env();
+      if (!n.ok()) return n.status();
+      slots = *n;
+    }
+    io_ = net::ShmIo::wrap_if_enabled(std::move(*io), registry_ ? int(registry_->slot()) : -1, shm_, slots);
   }
   // Fault injection: the device's own configuration, else UROCE_FAULTS.
   if (cfg_.faults) {
