@@ -27,8 +27,8 @@ namespace {
 // in the last few us" cannot be made here, where a wake-up alone takes about
 // 20 us, and every look costs the polling thread its CPU on a small machine.)
 constexpr int64_t kAppTickNs = 1'000'000;
-// An application that polled since the last look but not in the last
-// kPollerIdleNs polls its CQ in bursts and spins on memory in between
+// An application that polled since the look before the last but not in the
+// last kPollerIdleNs polls its CQ in bursts and spins on memory in between
 // (perftest's ib_write_lat does: only a progress thread can land the peer's
 // WRITE it spins on).  The thread then takes the socket at the look, and if
 // packets were waiting there halves its tick, down to kMinTickNs.  Every
@@ -253,6 +253,7 @@ void Nic::progress_thread_main() noexcept {
   int spinner_misses = kSpinnerMisses;  // < kSpinnerMisses: a spinner (see there)
   bool rx_event = false;                // the socket woke us: we held it, its packets are ours
   bool rewatch = false, unserved = false;
+  bool polled_before = false;  // the application polled between the last two looks
   while (!stop_.load(std::memory_order_acquire)) {
     bool app_active;
     int64_t sleep_until;
@@ -267,7 +268,11 @@ void Nic::progress_thread_main() noexcept {
       const bool waiting = app_waiting_.load(std::memory_order_acquire) > 0;
       app_active = polled || waiting;
       const int64_t since_poll = now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed);
-      const bool slow_poller = polled && !waiting && since_poll > kPollerIdleNs;
+      // One that polled before the last look and not since is one too: that
+      // look, finding it polling, left the socket to it and set a tick, and
+      // the packet it spins for waited for this one.
+      const bool slow_poller = (polled || polled_before) && !waiting && since_poll > kPollerIdleNs;
+      polled_before = polled;
       // What woke us: a spinner's packet if the application has not polled
       // since it took its completions and handed us the socket (it spins on
       // memory), nor just now; otherwise one an application polling right
