@@ -18,6 +18,7 @@
 #include "net/fake_io.hpp"
 #include "support/pcap.hpp"
 #include "support/roce_packet.hpp"
+#include "support/scoped_env.hpp"
 #include "wire/bytes.hpp"
 
 namespace uroce::net {
@@ -193,28 +194,22 @@ TEST_F(PcapIoTest, ACountedTraceStopsAfterItsFrames) {
 
 // UROCE_PCAP_COUNT: digits only; anything else is EINVAL naming it.
 TEST(PcapCount, EnvironmentTakesDigitsOnly) {
-  const char* saved = std::getenv("UROCE_PCAP_COUNT");
-  const std::string keep = saved ? saved : "";
-  ASSERT_EQ(::unsetenv("UROCE_PCAP_COUNT"), 0);
+  const test::ScopedEnv env("UROCE_PCAP_COUNT");
   EXPECT_EQ(pcap_count_from_env().value(), 0u);
   const std::pair<const char*, uint64_t> good[] = {{"0", 0}, {"20000", 20000}, {"18446744073709551615", ~uint64_t(0)}};
   for (const auto& [v, n] : good) {
-    ASSERT_EQ(::setenv("UROCE_PCAP_COUNT", v, 1), 0);
+    env.set(v);
     auto r = pcap_count_from_env();
     ASSERT_TRUE(r.ok()) << v;
     EXPECT_EQ(*r, n) << v;
   }
   for (const char* v : {"-1", "abc", "12x", " 5", "18446744073709551616"}) {
-    ASSERT_EQ(::setenv("UROCE_PCAP_COUNT", v, 1), 0);
+    env.set(v);
     auto r = pcap_count_from_env();
     ASSERT_FALSE(r.ok()) << v;
     EXPECT_EQ(r.status().code(), EINVAL) << v;
     EXPECT_NE(r.status().to_string().find("UROCE_PCAP_COUNT"), std::string::npos) << r.status().to_string();
   }
-  if (saved)
-    ::setenv("UROCE_PCAP_COUNT", keep.c_str(), 1);
-  else
-    ::unsetenv("UROCE_PCAP_COUNT");
 }
 
 TEST_F(PcapIoTest, AnUnwritablePathFailsWithItsErrno) {

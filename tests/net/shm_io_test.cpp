@@ -3,6 +3,7 @@
 // wakes a sleeper, stale ring files of dead processes, a restarted peer,
 // fault injection on top.
 #include "shm_fixture.hpp"
+#include "support/scoped_env.hpp"
 
 namespace uroce::net::shm_test {
 namespace {
@@ -35,27 +36,21 @@ std::vector<std::pair<Bytes, RxPacket>> recv_n(PacketIo& io, size_t n, std::chro
 // UROCE_SHM_SLOTS: decimal digits, 2 to 65536; anything else is EINVAL
 // naming it.
 TEST(ShmSlots, EnvironmentTakesDigitsWithinTheRingsRange) {
-  const char* saved = std::getenv("UROCE_SHM_SLOTS");
-  const std::string keep = saved ? saved : "";
-  ASSERT_EQ(::unsetenv("UROCE_SHM_SLOTS"), 0);
+  const test::ScopedEnv env("UROCE_SHM_SLOTS");
   EXPECT_EQ(ShmIo::slots_from_env().value(), 0u);
   for (const auto& [v, n] : {std::pair{"2", 2u}, {"512", 512u}, {"3000", 3000u}, {"65536", 65536u}}) {
-    ASSERT_EQ(::setenv("UROCE_SHM_SLOTS", v, 1), 0);
+    env.set(v);
     auto r = ShmIo::slots_from_env();
     ASSERT_TRUE(r.ok()) << v;
     EXPECT_EQ(*r, n) << v;
   }
   for (const char* v : {"0", "1", "65537", "-2048", "2k", " 512", "99999999999"}) {
-    ASSERT_EQ(::setenv("UROCE_SHM_SLOTS", v, 1), 0);
+    env.set(v);
     auto r = ShmIo::slots_from_env();
     ASSERT_FALSE(r.ok()) << v;
     EXPECT_EQ(r.status().code(), EINVAL) << v;
     EXPECT_NE(r.status().to_string().find("UROCE_SHM_SLOTS"), std::string::npos) << r.status().to_string();
   }
-  if (saved)
-    ::setenv("UROCE_SHM_SLOTS", keep.c_str(), 1);
-  else
-    ::unsetenv("UROCE_SHM_SLOTS");
 }
 
 TEST_F(ShmTest, TwoNicsExchangePacketsWithoutUdpDatagrams) {

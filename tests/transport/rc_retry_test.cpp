@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fake_wire.hpp"
+#include "support/scoped_env.hpp"
 #include "transport/congestion.hpp"
 
 namespace uroce::test {
@@ -252,27 +253,22 @@ TEST(RcRetryFloor, WithoutTheFloorTheSameSilenceEndsTheQp) { silent_peer(millise
 
 // UROCE_RETRY_FLOOR_MS: whole milliseconds, digits only, up to an hour.
 TEST(RcRetryFloor, UroceRetryFloorMsSetsIt) {
-  const char* saved = std::getenv("UROCE_RETRY_FLOOR_MS");
-  const std::string keep = saved ? saved : "";
+  const ScopedEnv env("UROCE_RETRY_FLOOR_MS");
   const char* bad = nullptr;
   transport::CongestionConfig c;
   EXPECT_EQ(c.retry_floor, milliseconds(2000));
   for (const auto& [v, ms] : {std::pair{"150", 150}, {"0", 0}, {"3600000", 3600000}}) {
-    ASSERT_EQ(::setenv("UROCE_RETRY_FLOOR_MS", v, 1), 0);
+    env.set(v);
     EXPECT_TRUE(transport::congestion_from_env(c, bad)) << v;
     EXPECT_EQ(c.retry_floor, milliseconds(ms)) << v;
   }
   for (const char* v : {"-5", " -5", "+150", " 150", "150 ", "2s", "0x10", "99999999999999999999", "3600001"}) {
-    ASSERT_EQ(::setenv("UROCE_RETRY_FLOOR_MS", v, 1), 0);
+    env.set(v);
     bad = nullptr;
     EXPECT_FALSE(transport::congestion_from_env(c, bad)) << v;
     EXPECT_STREQ(bad, "UROCE_RETRY_FLOOR_MS") << v;
     EXPECT_EQ(c.retry_floor, milliseconds(3600000)) << v;  // left as it was
   }
-  if (saved)
-    ::setenv("UROCE_RETRY_FLOOR_MS", keep.c_str(), 1);
-  else
-    ::unsetenv("UROCE_RETRY_FLOOR_MS");
 }
 
 }  // namespace
