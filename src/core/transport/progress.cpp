@@ -279,11 +279,11 @@ void Nic::progress_thread_main() noexcept {
       // now takes itself (leave it the lock; a bandwidth client is no
       // spinner).
       const bool spinner = spinner_misses < kSpinnerMisses;
-      const bool rx_for_us = rx_event && !waiting &&
-                             (spinner ? app_activity_.load(std::memory_order_relaxed) ==
-                                                handed_activity_.load(std::memory_order_relaxed) &&
-                                            since_poll >= kPollingNs
-                                      : !(app_active && since_poll < kPollingNs));
+      const bool just_polled = since_poll < kPollingNs;
+      const bool spinning_since_hand_over =
+          app_activity_.load(std::memory_order_relaxed) == handed_activity_.load(std::memory_order_relaxed);
+      const bool rx_for_us =
+          rx_event && !waiting && (spinner ? spinning_since_hand_over && !just_polled : !(app_active && just_polled));
       // A packet that woke us is served even if the application polled a
       // while ago (it would otherwise wait a tick); one sleeping in the
       // socket itself takes it instead.
