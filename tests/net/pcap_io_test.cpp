@@ -194,7 +194,7 @@ TEST_F(PcapIoTest, ACountedTraceStopsAfterItsFrames) {
 
 // UROCE_PCAP_COUNT: digits only; anything else is EINVAL naming it.
 TEST(PcapCount, EnvironmentTakesDigitsOnly) {
-  const test::ScopedEnv env("UROCE_PCAP_COUNT");
+  test::ScopedEnv env("UROCE_PCAP_COUNT");
   EXPECT_EQ(pcap_count_from_env().value(), 0u);
   const std::pair<const char*, uint64_t> good[] = {{"0", 0}, {"20000", 20000}, {"18446744073709551615", ~uint64_t(0)}};
   for (const auto& [v, n] : good) {

@@ -36,7 +36,7 @@ std::vector<std::pair<Bytes, RxPacket>> recv_n(PacketIo& io, size_t n, std::chro
 // UROCE_SHM_SLOTS: decimal digits, 2 to 65536; anything else is EINVAL
 // naming it.
 TEST(ShmSlots, EnvironmentTakesDigitsWithinTheRingsRange) {
-  const test::ScopedEnv env("UROCE_SHM_SLOTS");
+  test::ScopedEnv env("UROCE_SHM_SLOTS");
   EXPECT_EQ(ShmIo::slots_from_env().value(), 0u);
   for (const auto& [v, n] : {std::pair{"2", 2u}, {"512", 512u}, {"3000", 3000u}, {"65536", 65536u}}) {
     env.set(v);

@@ -19,7 +19,7 @@ class ScopedEnv {
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 
-  void set(const char* value) const {
+  void set(const char* value) {
     if (value)
       ::setenv(name_.c_str(), value, 1);
     else

@@ -253,7 +253,7 @@ TEST(RcRetryFloor, WithoutTheFloorTheSameSilenceEndsTheQp) { silent_peer(millise
 
 // UROCE_RETRY_FLOOR_MS: whole milliseconds, digits only, up to an hour.
 TEST(RcRetryFloor, UroceRetryFloorMsSetsIt) {
-  const ScopedEnv env("UROCE_RETRY_FLOOR_MS");
+  ScopedEnv env("UROCE_RETRY_FLOOR_MS");
   const char* bad = nullptr;
   transport::CongestionConfig c;
   EXPECT_EQ(c.retry_floor, milliseconds(2000));
