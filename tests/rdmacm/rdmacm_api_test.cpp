@@ -9,9 +9,12 @@
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -30,6 +33,74 @@ sockaddr_in v4(const char* addr, uint16_t port) {
 const char* device_addr() {
   const char* a = std::getenv("UROCE_ADDR");
   return a && *a ? a : "127.0.0.1";
+}
+
+// Destroying a channel and then asking it for an event, on one thread, is a
+// plain misuse: EBADF, as a read() of the closed fd gives under rdma-core.
+TEST(RdmacmApi, GetCmEventOnAChannelThisThreadDestroyedFailsWithEbadf) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_destroy_event_channel(ch);
+  rdma_cm_event* ev = nullptr;
+  errno = 0;
+  EXPECT_EQ(rdma_get_cm_event(ch, &ev), -1);
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(ev, nullptr);
+}
+
+// Runs `body` in a child process, which reports on `ready` just before it
+// calls rdma_get_cm_event; true when that call was still waiting 300 ms
+// later (the child is then killed).
+bool child_keeps_waiting(void (*body)(int ready)) {
+  int fds[2];
+  if (::pipe(fds) != 0) return false;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    body(fds[1]);
+    ::_exit(3);  // rdma_get_cm_event returned
+  }
+  ::close(fds[1]);
+  char c = 0;
+  const bool reached = ::read(fds[0], &c, 1) == 1;
+  ::close(fds[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int st = 0;
+  const bool running = ::waitpid(pid, &st, WNOHANG) == 0;
+  if (running) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &st, 0);
+  }
+  return reached && running;
+}
+
+// rping's CM thread loops back into rdma_get_cm_event while main destroys
+// the channel.  Had it got in first, it would wait forever (a read()
+// blocked in the kernel's rdma_cm does); coming in just after must not be
+// different -- an error made rping exit 255 after a clean run.
+TEST(RdmacmApi, GetCmEventRacingAnotherThreadsTeardownKeepsWaiting) {
+  EXPECT_TRUE(child_keeps_waiting([](int ready) {
+    rdma_event_channel* ch = rdma_create_event_channel();
+    if (!ch) ::_exit(2);
+    std::thread([ch] { rdma_destroy_event_channel(ch); }).join();
+    (void)!::write(ready, "r", 1);
+    rdma_cm_event* ev = nullptr;
+    rdma_get_cm_event(ch, &ev);
+  }));
+}
+
+TEST(RdmacmApi, GetCmEventWaitingWhenAnotherThreadDestroysTheChannelKeepsWaiting) {
+  EXPECT_TRUE(child_keeps_waiting([](int ready) {
+    rdma_event_channel* ch = rdma_create_event_channel();
+    if (!ch) ::_exit(2);
+    std::thread([ch, ready] {
+      (void)!::write(ready, "r", 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the call below is waiting by now
+      rdma_destroy_event_channel(ch);
+    }).detach();
+    rdma_cm_event* ev = nullptr;
+    rdma_get_cm_event(ch, &ev);
+  }));
 }
 
 TEST(RdmacmApi, GetAddrInfoWithoutNamesTakesTheHintsAddresses) {

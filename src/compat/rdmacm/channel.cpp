@@ -82,6 +82,7 @@ void retire_channel(Channel* ch) noexcept {
     ch->queue.clear();
     if (ch->ch.fd >= 0) ::close(ch->ch.fd);
     ch->ch.fd = -1;
+    ch->destroyed_by = std::this_thread::get_id();
   }
   std::lock_guard g(g_retired_mu);
   retired().push_back(ch);
@@ -104,15 +105,19 @@ static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
         *event = &box->ev;
         return 0;
       }
-      if (ch.ch.fd < 0 && entering) return fail("rdma_get_cm_event", EBADF, "the channel was destroyed");
+      // Called after this thread destroyed the channel: a plain misuse.
+      if (ch.ch.fd < 0 && entering && ch.destroyed_by == std::this_thread::get_id())
+        return fail("rdma_get_cm_event", EBADF, "the channel was destroyed");
       fd = ch.ch.fd;
     }
     if (fd < 0) {
-      // Destroyed while we waited (rping's CM thread, as main tears down;
-      // the event that woke us went with its id).  A read() blocked in the
-      // kernel's rdma_cm stays blocked then: the file lives until it
-      // returns, and no event comes.  So does this call, until the process
-      // ends; an error here made rping exit 255 after a clean run.
+      // Destroyed by another thread while we waited, or just before we
+      // came in (rping's CM thread loops back into this call as main tears
+      // down).  A read() blocked in the kernel's rdma_cm stays blocked
+      // then: the file lives until it returns, and no event comes.  So does
+      // this call, until the process ends; an error made rping exit 255
+      // after a clean run -- and whether the thread got in before the
+      // teardown is only a matter of scheduling.
       for (;;) ::pause();
     }
     const int fl = ::fcntl(fd, F_GETFL);

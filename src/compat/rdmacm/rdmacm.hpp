@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "cm/cm.hpp"
@@ -61,6 +62,9 @@ struct Channel {
   std::mutex mu;
   std::deque<EventBox*> queue;
   bool internal = false;  // a synchronous id's own
+  // The thread that destroyed it: a call from another thread raced the
+  // teardown (see next_event in channel.cpp).
+  std::thread::id destroyed_by{};
 };
 
 // A device: the verbs context the CM opened on it, and its QP1.
