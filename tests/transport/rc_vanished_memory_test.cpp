@@ -28,6 +28,7 @@ const size_t kPage = size_t(::sysconf(_SC_PAGESIZE));
 enum class Gone { unmapped, read_only, no_access };
 struct Doomed {
   uint8_t* p;
+  bool mapped = true;  // p is ours to unmap (once unmapped, another thread may map there)
   std::unique_ptr<Mr> mr;
   Doomed(Pd& pd, uint32_t acc) {
     p = static_cast<uint8_t*>(::mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -38,6 +39,7 @@ struct Doomed {
   void take(Gone how) {
     if (how == Gone::unmapped) {
       ASSERT_EQ(::munmap(p, 2 * kPage), 0);
+      mapped = false;
       ASSERT_TRUE(noticed()) << "a watched region was not marked gone";
     } else {
       ASSERT_EQ(::mprotect(p, 2 * kPage, how == Gone::read_only ? PROT_READ : PROT_NONE), 0);
@@ -51,13 +53,20 @@ struct Doomed {
     return mr->gone();
   }
   // Unmaps the region and maps new memory full of `fill` at its address;
-  // true once the watch marked the region gone.
+  // false when another thread of this process (the NICs', a sanitizer's
+  // allocator) took the address in between.
   bool replace(uint8_t fill) {
     if (::munmap(p, 2 * kPage) != 0) return false;
+    mapped = false;
     void* q = ::mmap(p, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    if (q != static_cast<void*>(p)) return false;
+    if (q == MAP_FAILED) return false;
+    if (q != static_cast<void*>(p)) {
+      ::munmap(q, 2 * kPage);  // a kernel without MAP_FIXED_NOREPLACE placed it elsewhere
+      return false;
+    }
+    mapped = true;
     std::memset(p, fill, 2 * kPage);
-    return noticed();
+    return true;
   }
   // The counter the refusal of an access to the region raised.
   uint64_t refusals(const Counters& c, Gone how) const {
@@ -65,10 +74,22 @@ struct Doomed {
   }
   ~Doomed() {
     mr.reset();
-    ::munmap(p, 2 * kPage);  // (again: harmless)
+    if (mapped) ::munmap(p, 2 * kPage);
   }
   uint64_t addr() const { return uint64_t(uintptr_t(p)); }
 };
+
+// A watched region of `pd` whose memory was unmapped and replaced by new
+// memory full of `fill` at the same address, the watch having marked the
+// region gone; null if the address was taken 50 times in a row.
+std::unique_ptr<Doomed> replaced(Pd& pd, uint32_t acc, uint8_t fill) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto d = std::make_unique<Doomed>(pd, acc);
+    if (!d->mr || !d->mr->watched()) return nullptr;
+    if (d->replace(fill)) return d->noticed() ? std::move(d) : nullptr;
+  }
+  return nullptr;
+}
 
 class VanishedMemory : public ::testing::TestWithParam<Gone> {
  protected:
@@ -206,11 +227,10 @@ TEST(RemappedMemory, OldKeysNeverReachTheNewMapping) {
   if (!verbs::UnmapWatch::instance().available())
     GTEST_SKIP() << "no userfaultfd here: only the fault guard protects unmapped regions";
   Pair p;
-  Doomed d(*p.b.pd, kAll);
-  ASSERT_TRUE(d.mr);
-  ASSERT_TRUE(d.mr->watched());
   // The region goes away; new memory holding a secret takes its address.
-  ASSERT_TRUE(d.replace(0xe7));
+  auto dp = replaced(*p.b.pd, kAll, 0xe7);
+  ASSERT_TRUE(dp) << "no region was replaced (and marked gone)";
+  Doomed& d = *dp;
   uint8_t* into = p.a.buf.data();
   std::memset(into, 0, 6000);
   Sge s = p.a.sge(0, 6000);
@@ -232,9 +252,9 @@ TEST(RemappedMemory, OldKeysNeverReachTheNewMapping) {
   // (Pairs of one test share their NICs: the counters go on from above.)
   Pair q;
   const uint64_t before = q.b.counters().resp_unmapped_regions;
-  Doomed d2(*q.b.pd, kAll);
-  ASSERT_TRUE(d2.mr);
-  ASSERT_TRUE(d2.replace(0xe7));
+  auto d2p = replaced(*q.b.pd, kAll, 0xe7);
+  ASSERT_TRUE(d2p);
+  Doomed& d2 = *d2p;
   Sge w = q.a.sge(0, 3000);
   wr.wr_id = 32;
   wr.opcode = WrOpcode::rdma_write;
@@ -250,10 +270,10 @@ TEST(RemappedMemory, OldKeysNeverReachTheNewMapping) {
 
   // A SEND from the re-mapped local buffer (zero copy, one SGE).
   Pair r;
-  Doomed l2(*r.a.pd, access::kLocalWrite);
-  ASSERT_TRUE(l2.mr);
+  auto l2p = replaced(*r.a.pd, access::kLocalWrite, 0xe7);
+  ASSERT_TRUE(l2p);
+  Doomed& l2 = *l2p;
   ASSERT_TRUE(post_recv(*r.b.qp, 1, {r.b.sge(0, 8192)}).ok());
-  ASSERT_TRUE(l2.replace(0xe7));
   Sge ls{l2.addr(), 5000, l2.mr->lkey()};
   wr.wr_id = 33;
   wr.opcode = WrOpcode::send;
