@@ -192,7 +192,7 @@ class Nic {
   void start_progress_thread();
   // An application thread took completions from a CQ (under the lock): if it
   // spins on memory between polls, it is about to, and the progress thread
-  // watches the socket meanwhile (progress.cpp, kSpinnerMisses).
+  // watches the socket meanwhile (look_policy.hpp, kSpinnerMisses).
   void completions_taken() noexcept;
 
   // ---- QP1, the general services interface (gsi.cpp) ----

@@ -14,58 +14,15 @@
 #include "common/log.hpp"
 #include "common/quiet_thread.hpp"
 #include "common/thread_tuning.hpp"
+#include "transport/look_policy.hpp"
 #include "transport/nic.hpp"
 #include "transport/xrc_share.hpp"
 
 namespace uroce::transport {
 namespace {
 
-// How long the progress thread leaves the socket to an application thread
-// that drove progress since its last look.  Passive-side requests wait at
-// most about twice this when the application stops polling.  (A shorter
-// look does not pay for a thread that keeps polling: the test "has it polled
-// in the last few us" cannot be made here, where a wake-up alone takes about
-// 20 us, and every look costs the polling thread its CPU on a small machine.)
-constexpr int64_t kAppTickNs = 1'000'000;
-// An application that polled since the look before the last but not in the
-// last kPollerIdleNs polls its CQ in bursts and spins on memory in between
-// (perftest's ib_write_lat does: only a progress thread can land the peer's
-// WRITE it spins on).  The thread then takes the socket at the look, and if
-// packets were waiting there halves its tick, down to kMinTickNs.  Every
-// kBusyLooks looks in a row that found nothing to do -- the application
-// polling, or no packet waiting -- double it, back to kAppTickNs (such a
-// program is found polling at some looks: it polls for its send completions
-// between spins; one that polls now and then with no traffic costs no
-// 50 us ticks for long).  A polling thread preempted longer than
-// kPollerIdleNs loses a batch of packets to the progress thread once:
-// harmless.
-constexpr int64_t kPollerIdleNs = 50'000;
-constexpr int64_t kMinTickNs = 50'000;
-constexpr int kBusyLooks = 8;
 // Packets the progress thread handles before it looks at timers again.
 constexpr int kThreadRxRounds = 64;
-// Such a program (see kPollerIdleNs) is a spinner: each poll of it that
-// takes completions (after which it goes back to spinning) hands the socket
-// to the thread (Nic::completions_taken), which wakes for the next packet and
-// serves it at once instead of at its next look.  Only then: a thread woken
-// for packets the application takes itself (the ACK it polls for) runs
-// twice per round trip, and one woken again within microseconds of its last
-// run has used more than its share of the CPU the application spins on, so
-// the scheduler lets it wait up to a whole tick (4 ms) instead of preempting.
-// A thread of an application that waits, not spins, never watches.  A wake
-// after which the application polled again (not just to take completions)
-// is not for the thread: the application takes the packet itself.  Spinner
-// mode ends after kSpinnerMisses such wakes, or wakes that found nothing, in
-// a row (a busy poller preempted for longer than kPollerIdleNs looks like a
-// spinner for that long).
-constexpr int kSpinnerMisses = 16;
-// An application that polled this recently polls right now and takes what
-// woke the thread itself.  In spinner mode too: a busy poller mistaken for a
-// spinner (one look found it preempted) kept the mode going when wakes just
-// after its poll that handed over the socket, before its next poll, were
-// served; its progress thread then used 20-35% of a CPU beside it, and
-// the round trip rose by a third (`uroce perf --op send --test lat`).
-constexpr int64_t kPollingNs = 5'000;
 // How long an application thread about to sleep for a completion keeps
 // receiving after its last packet (Nic::wait_on).  The ACKs of a window of
 // sends come one at a time, so any packet counts.  In a ping-pong it costs
@@ -248,14 +205,10 @@ void Nic::progress_thread_main() noexcept {
   set_timer_slack(kTimerSlackNs);  // this thread only
   (void)request_short_slice(kSliceNs);
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
-  int64_t tick_ns = kAppTickNs;
-  int idle_looks = 0;
-  int spinner_misses = kSpinnerMisses;  // < kSpinnerMisses: a spinner (see there)
-  bool rx_event = false;                // the socket woke us: we held it, its packets are ours
-  bool rewatch = false, unserved = false;
-  bool polled_before = false;  // the application polled between the last two looks
+  LookPolicy policy;
+  bool rx_event = false;  // the socket woke us: we held it, its packets are ours
   while (!stop_.load(std::memory_order_acquire)) {
-    bool app_active;
+    LookOutcome look;
     int64_t sleep_until;
     {
       std::lock_guard g(mu_);
@@ -263,32 +216,17 @@ void Nic::progress_thread_main() noexcept {
       run_timers();
       if (!xrc_inboxes_.empty() && drain_xrc_inboxes() > 0) pump();  // what a bell woke us for
       const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
-      const bool polled = cur != seen;
+      LookInput in;
+      in.now_ns = now_.time_since_epoch().count();
+      in.last_poll_ns = app_last_poll_ns_.load(std::memory_order_relaxed);
+      in.polled = cur != seen;
+      in.waiting = app_waiting_.load(std::memory_order_acquire) > 0;
+      in.rx_event = rx_event;
+      in.spinning_since_hand_over = cur == handed_activity_.load(std::memory_order_relaxed);
       seen = cur;
-      const bool waiting = app_waiting_.load(std::memory_order_acquire) > 0;
-      app_active = polled || waiting;
-      const int64_t since_poll = now_.time_since_epoch().count() - app_last_poll_ns_.load(std::memory_order_relaxed);
-      // One that polled before the last look and not since is one too: that
-      // look, finding it polling, left the socket to it and set a tick, and
-      // the packet it spins for waited for this one.
-      const bool slow_poller = (polled || polled_before) && !waiting && since_poll > kPollerIdleNs;
-      polled_before = polled;
-      // What woke us: a spinner's packet if the application has not polled
-      // since it took its completions and handed us the socket (it spins on
-      // memory), nor just now; otherwise one an application polling right
-      // now takes itself (leave it the lock; a bandwidth client is no
-      // spinner).
-      const bool spinner = spinner_misses < kSpinnerMisses;
-      const bool just_polled = since_poll < kPollingNs;
-      const bool spinning_since_hand_over =
-          app_activity_.load(std::memory_order_relaxed) == handed_activity_.load(std::memory_order_relaxed);
-      const bool rx_for_us =
-          rx_event && !waiting && (spinner ? spinning_since_hand_over && !just_polled : !(app_active && just_polled));
-      // A packet that woke us is served even if the application polled a
-      // while ago (it would otherwise wait a tick); one sleeping in the
-      // socket itself takes it instead.
+      const LookPlan plan = policy.plan(in);
       size_t got = 0;
-      if (!app_active || rx_for_us || slow_poller) {
+      if (plan.serve) {
         for (int i = 0; i < kThreadRxRounds; ++i) {
           const size_t n = poll_rx();
           if (n == 0) break;
@@ -298,37 +236,11 @@ void Nic::progress_thread_main() noexcept {
         if (rx_event) ++counters_.thread_socket_wakes;
         refresh_now();
         run_timers();
-        if (slow_poller && got > 0) {
-          tick_ns = std::max(kMinTickNs, tick_ns / 2);
-          idle_looks = -1;     // this look had work
-          spinner_misses = 0;  // (a busy poller preempted for a while leaves at its next polls)
-        }
       }
-      // A spinner's wake that found nothing for us is a miss.
-      if (rx_event && app_active && spinner && !slow_poller) {
-        spinner_misses = rx_for_us && got > 0 ? 0 : spinner_misses + 1;
-        if (rx_for_us && got > 0) idle_looks = -1;  // work done: no longer ticks
-      }
-      // The application took what woke us while the hand-over stands (its
-      // poll found the socket still armed, so it did not arm it): watch on.
-      rewatch = spinner && rx_for_us && got == 0;
-      // What woke us and was left to a polling application: look again soon
-      // in case that poll was its last.
-      unserved = rx_event && !waiting && app_active && !rx_for_us && !slow_poller;
-      if (waiting) spinner_misses = kSpinnerMisses;  // it waits for events: no spinner
-      if (polled && ++idle_looks >= kBusyLooks) {
-        idle_looks = 0;
-        tick_ns = std::min(kAppTickNs, tick_ns * 2);
-      }
+      look = policy.after(got, now_.time_since_epoch().count());
       // ACKs an application thread left behind wait at most one tick.
       if (!lazy_.empty()) flush_acks();
-      // Tick only while an application thread polls (to take the socket
-      // over when it stops).  One asleep in the socket serves it itself and
-      // kicks us when it leaves (wait_on): no ticking meanwhile, 0% CPU.
-      sleep_until = polled ? (now_ + std::chrono::nanoseconds(tick_ns)).time_since_epoch().count() : INT64_MAX;
-      if (unserved)
-        sleep_until =
-            std::min<int64_t>(sleep_until, (now_ + std::chrono::nanoseconds(kMinTickNs)).time_since_epoch().count());
+      sleep_until = look.sleep_until;
       if (!timers_.empty()) sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
       if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
@@ -340,8 +252,8 @@ void Nic::progress_thread_main() noexcept {
     // A new wait fd (a multicast join); a plain load first: no write per loop.
     if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel))
       sock_armed_.store(false, std::memory_order_relaxed);
-    spinner_.store(spinner_misses < kSpinnerMisses, std::memory_order_relaxed);
-    if (!app_active || rewatch) arm_socket();
+    spinner_.store(look.spinner, std::memory_order_relaxed);
+    if (look.arm) arm_socket();
     const bool armed = sock_armed_.load(std::memory_order_relaxed);
     if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
       const int64_t limit = Clock::now().time_since_epoch().count() + int64_t(cap) * 1'000'000;

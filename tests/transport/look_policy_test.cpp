@@ -1,0 +1,235 @@
+// transport.LookPolicy: the progress thread's decision at each look, driven
+// by hand (look_policy.hpp).  Times are nanoseconds; each test lays out
+// what an application did between looks and checks what the thread does:
+// take the packets or leave them, how long it sleeps, spinner mode.
+#include "transport/look_policy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <climits>
+
+namespace uroce::transport {
+namespace {
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kT0 = 10'000 * kMs;  // any clock value
+
+// What the application did before a look at `now`: `polled` since the
+// last look, its last poll `since` ago.
+LookInput seen(int64_t now, bool polled, int64_t since, bool rx_event = false, bool spinning = false) {
+  LookInput in;
+  in.now_ns = now;
+  in.last_poll_ns = now - since;
+  in.polled = polled;
+  in.rx_event = rx_event;
+  in.spinning_since_hand_over = spinning;
+  return in;
+}
+
+// One whole look in which `got` packets wait for whoever takes them.
+struct Look {
+  LookPlan plan;
+  LookOutcome out;
+};
+Look look(LookPolicy& p, const LookInput& in, size_t got) {
+  Look l;
+  l.plan = p.plan(in);
+  l.out = p.after(l.plan.serve ? got : 0, in.now_ns);
+  return l;
+}
+
+// A policy in spinner mode, as ib_write_lat puts it there: a look finds it
+// polling, the next a millisecond later finds it silent with a packet
+// waiting.  Returns the time of that second look.
+int64_t make_spinner(LookPolicy& p) {
+  look(p, seen(kT0, true, 2 * kUs), 0);
+  const Look l = look(p, seen(kT0 + kMs, false, kMs), 1);
+  EXPECT_TRUE(l.plan.slow_poller);
+  EXPECT_TRUE(p.spinner());
+  return kT0 + kMs;
+}
+
+TEST(LookPolicy, IdleApplicationGetsItsPacketsServedAndNoTick) {
+  LookPolicy p;
+  const Look l = look(p, seen(kT0, false, 5 * kMs), 3);
+  EXPECT_TRUE(l.plan.serve);
+  EXPECT_FALSE(l.plan.slow_poller);
+  EXPECT_TRUE(l.out.arm);                   // the thread sleeps in the socket
+  EXPECT_EQ(l.out.sleep_until, INT64_MAX);  // and nothing else wakes it: 0% CPU idle
+  EXPECT_FALSE(l.out.spinner);
+}
+
+TEST(LookPolicy, BusyPollerKeepsTheSocketAndTheThreadTicks) {
+  LookPolicy p;
+  for (int i = 0; i < 20; ++i) {
+    const int64_t now = kT0 + i * kMs;
+    const Look l = look(p, seen(now, true, 1 * kUs), 4);
+    EXPECT_FALSE(l.plan.serve) << "look " << i;
+    EXPECT_FALSE(l.out.arm);
+    EXPECT_EQ(l.out.sleep_until, now + kAppTickNs);
+    EXPECT_FALSE(p.spinner());
+  }
+}
+
+TEST(LookPolicy, WaitingApplicationKeepsItsSocketAndEndsSpinnerMode) {
+  LookPolicy p;
+  const int64_t t = make_spinner(p);
+  LookInput in = seen(t + kMs, true, 200 * kUs, /*rx_event=*/true, /*spinning=*/true);
+  in.waiting = true;
+  const Look l = look(p, in, 1);
+  EXPECT_FALSE(l.plan.serve);
+  EXPECT_FALSE(l.plan.slow_poller);
+  EXPECT_FALSE(l.out.arm);
+  EXPECT_FALSE(l.out.spinner);
+}
+
+TEST(LookPolicy, SpinnerBetweenBurstsHalvesTheTickDownToTheFloor) {
+  LookPolicy p;
+  const int64_t t = make_spinner(p);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
+  // Each tick finds it polled (for its send completion) and silent since,
+  // with the peer's WRITE waiting: served, and the tick halves again.
+  int64_t now = t;
+  for (int i = 0; i < 10; ++i) {
+    now += p.tick_ns();
+    const Look l = look(p, seen(now, true, 60 * kUs), 1);
+    EXPECT_TRUE(l.plan.serve);
+    EXPECT_TRUE(l.plan.slow_poller);
+  }
+  EXPECT_EQ(p.tick_ns(), LookPolicy::kMinTickNs);
+}
+
+TEST(LookPolicy, SlowPollerWithNothingWaitingKeepsTheTick) {
+  LookPolicy p;
+  look(p, seen(kT0, true, 2 * kUs), 0);
+  const Look l = look(p, seen(kT0 + kMs, false, kMs), 0);
+  EXPECT_TRUE(l.plan.slow_poller);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs);
+  EXPECT_FALSE(p.spinner());
+}
+
+// The look that found the spinner polling for its own completion left it
+// the socket; the peer's WRITE waited for the next tick, which found it
+// silent since.  That look must still see a spinner (it served the packet
+// as an idle application's, and ib_write_lat over shared memory sat at
+// 530 us one way for whole runs).
+TEST(LookPolicy, TickAfterALookThatFoundItPollingSeesTheSpinner) {
+  LookPolicy p;
+  look(p, seen(kT0, true, 3 * kUs), 0);
+  const Look l = look(p, seen(kT0 + kMs, false, kMs + 3 * kUs), 1);
+  EXPECT_TRUE(l.plan.serve);
+  EXPECT_TRUE(l.plan.slow_poller);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
+  EXPECT_TRUE(l.out.spinner);
+}
+
+// A look in between -- a kick, a timer, a stats publish -- that came too
+// soon after the application's last poll to tell whether it went on (it
+// takes the socket, the application having not polled since the last look)
+// does not make the next look forget that the one before found it polling:
+// the spinner's packet that wakes the thread begins spinner mode.
+TEST(LookPolicy, LookTooSoonAfterThePollToTellChangesNothing) {
+  LookPolicy p;
+  look(p, seen(kT0, true, 3 * kUs), 0);
+  const Look mid = look(p, seen(kT0 + 20 * kUs, false, 23 * kUs), 0);
+  EXPECT_FALSE(mid.plan.slow_poller);
+  EXPECT_TRUE(mid.out.arm);
+  const Look l = look(p, seen(kT0 + 300 * kUs, false, 303 * kUs, /*rx_event=*/true), 1);
+  EXPECT_TRUE(l.plan.serve);
+  EXPECT_TRUE(l.plan.slow_poller);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
+  EXPECT_TRUE(l.out.spinner);
+}
+
+// One in between that could tell (50 us after the last poll) serves the
+// spinner itself; the tick after it, finding the application silent for
+// two looks, treats it as idle.
+TEST(LookPolicy, LookThatCanTellServesTheSpinnerOnce) {
+  LookPolicy p;
+  look(p, seen(kT0, true, 3 * kUs), 0);
+  const Look mid = look(p, seen(kT0 + 100 * kUs, false, 103 * kUs), 1);
+  EXPECT_TRUE(mid.plan.slow_poller);
+  EXPECT_TRUE(mid.out.spinner);
+  const Look l = look(p, seen(kT0 + kMs, false, kMs + 3 * kUs), 1);
+  EXPECT_FALSE(l.plan.slow_poller);
+  EXPECT_TRUE(l.plan.serve);  // as an idle application's
+  EXPECT_TRUE(l.out.arm);
+}
+
+TEST(LookPolicy, SpinnersWakeIsServedAtOnce) {
+  LookPolicy p;
+  const int64_t t = make_spinner(p);
+  // It polled once since the last look (the poll that took its completion
+  // and handed the socket over), 30 us ago, and spins since.
+  const Look l = look(p, seen(t + 40 * kUs, true, 30 * kUs, true, true), 1);
+  EXPECT_TRUE(l.plan.rx_for_us);
+  EXPECT_TRUE(l.plan.serve);
+  EXPECT_FALSE(l.out.arm);  // its next poll that takes completions hands it over again
+  EXPECT_TRUE(l.out.spinner);
+}
+
+TEST(LookPolicy, SpinnerTookThePacketItselfTheThreadWatchesOn) {
+  LookPolicy p;
+  const int64_t t = make_spinner(p);
+  const Look l = look(p, seen(t + 40 * kUs, true, 30 * kUs, true, true), 0);
+  EXPECT_TRUE(l.plan.rx_for_us);
+  EXPECT_TRUE(l.out.arm);
+  EXPECT_TRUE(l.out.spinner);
+}
+
+// A busy poller one look found preempted became a "spinner"; wakes that
+// come just after its polls are its own to take, and after
+// kSpinnerMisses of them the mode ends (its progress thread used 20-35%
+// of a CPU when such wakes were served and kept the mode going).
+TEST(LookPolicy, BusyPollerTakenForASpinnerLeavesTheMode) {
+  LookPolicy p;
+  int64_t now = make_spinner(p);
+  for (int i = 0; i < LookPolicy::kSpinnerMisses; ++i) {
+    EXPECT_TRUE(p.spinner()) << "wake " << i;
+    now += 10 * kUs;
+    const Look l = look(p, seen(now, true, 2 * kUs, true, true), 1);
+    EXPECT_FALSE(l.plan.rx_for_us) << "wake " << i;
+    EXPECT_FALSE(l.plan.serve);
+    EXPECT_EQ(l.out.sleep_until, now + LookPolicy::kMinTickNs);  // looks again soon, in case
+  }
+  EXPECT_FALSE(p.spinner());
+}
+
+// Outside spinner mode, a wake left to a polling application is looked at
+// again within kMinTickNs: if that poll was its last, the packet waits no
+// longer than that.
+TEST(LookPolicy, WakeLeftToAPollingApplicationIsLookedAtAgainSoon) {
+  LookPolicy p;
+  const Look l = look(p, seen(kT0, true, 1 * kUs, true), 1);
+  EXPECT_FALSE(l.plan.serve);
+  EXPECT_EQ(l.out.sleep_until, kT0 + LookPolicy::kMinTickNs);
+  // The application polled long enough ago: the wake is the thread's.
+  LookPolicy q;
+  const Look m = look(q, seen(kT0, true, 20 * kUs, true), 1);
+  EXPECT_TRUE(m.plan.rx_for_us);
+  EXPECT_TRUE(m.plan.serve);
+}
+
+TEST(LookPolicy, TickDoublesBackAfterBusyLooksWithNothingToDo) {
+  LookPolicy p;
+  int64_t now = make_spinner(p);
+  ASSERT_EQ(p.tick_ns(), kAppTickNs / 2);
+  // (Counted from the look that had work, which does not count.)
+  for (int i = 0; i < LookPolicy::kBusyLooks; ++i) {
+    now += p.tick_ns();
+    look(p, seen(now, true, 1 * kUs), 0);
+    EXPECT_EQ(p.tick_ns(), kAppTickNs / 2) << "look " << i;
+  }
+  now += p.tick_ns();
+  look(p, seen(now, true, 1 * kUs), 0);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs);
+  for (int i = 0; i < 2 * LookPolicy::kBusyLooks; ++i) {
+    now += p.tick_ns();
+    look(p, seen(now, true, 1 * kUs), 0);
+  }
+  EXPECT_EQ(p.tick_ns(), kAppTickNs);  // never above
+}
+
+}  // namespace
+}  // namespace uroce::transport
