@@ -39,7 +39,7 @@
 #error "UROCE_EXEC_BUILD_ROOT (the build tree's root relative to the built uroce) is not defined"
 #endif
 
-namespace uroce::cli {
+namespace uroce::exec_tool {
 namespace {
 
 constexpr int kFailed = 125;
@@ -148,9 +148,9 @@ int run(const Options& o) {
   }
 
   if (!o.no_device_view) {
-    const auto devs = view_devices();
-    if (!view_present(devs)) {
-      if (std::string why = install_view(devs); !why.empty())
+    const auto devs = cli::view_devices();
+    if (!cli::view_present(devs)) {
+      if (std::string why = cli::install_view(devs); !why.empty())
         std::fprintf(stderr,
                      "uroce exec: note: /dev/infiniband/%s and /sys/class/infiniband/%s are not shown to the "
                      "program (%s), so programs that look for devices there (UCX, rdma-core's tests) will not "
@@ -177,9 +177,12 @@ int run(const Options& o) {
 }
 
 }  // namespace
+}  // namespace uroce::exec_tool
+
+namespace uroce::cli {
 
 Command add_exec(CLI::App& root) {
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<exec_tool::Options>();
   Command c;
   c.app = root.add_subcommand("exec",
                               "Run a program on uroce: its libibverbs.so.1 and librdmacm.so.1 are uroce's "
@@ -194,7 +197,7 @@ Command add_exec(CLI::App& root) {
   c.app->add_option("command", opts->command, "The program and its arguments")->required();
   // Everything from the program's name on is the program's, options included.
   c.app->positionals_at_end();
-  c.run = [opts] { return run(*opts); };
+  c.run = [opts] { return exec_tool::run(*opts); };
   return c;
 }
 

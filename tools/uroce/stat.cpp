@@ -19,7 +19,7 @@
 #include "commands.hpp"
 #include "uroce/stats.hpp"
 
-namespace uroce::cli {
+namespace uroce::stat_tool {
 namespace {
 
 struct Options {
@@ -120,9 +120,12 @@ int run(const Options& o) {
 }
 
 }  // namespace
+}  // namespace uroce::stat_tool
+
+namespace uroce::cli {
 
 Command add_stat(CLI::App& root) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<stat_tool::Options>();
   Command c;
   c.app = root.add_subcommand("stat", "Show the NIC counters of the running uroce devices of this user");
   c.app->add_option("--pid", o->pid, "Only this process");
@@ -136,9 +139,9 @@ Command add_stat(CLI::App& root) {
       "directory) at\n"
       "most 100 ms after they change; UROCE_STATS=0 turns that off.  docs/counters.md explains them.");
   c.run = [o] {
-    Options opt = *o;
+    stat_tool::Options opt = *o;
     if (opt.watch < 0) opt.watch = 0;
-    return run(opt);
+    return stat_tool::run(opt);
   };
   return c;
 }
