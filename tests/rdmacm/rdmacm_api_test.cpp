@@ -5,8 +5,10 @@
 // Includes only <rdma/rdma_cma.h>; links only our libraries.  The device is
 // UROCE_ADDR (set by ctest).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netdb.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <sys/wait.h>
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <thread>
 
 namespace {
@@ -62,7 +65,8 @@ bool child_keeps_waiting(void (*body)(int ready)) {
   }
   ::close(fds[1]);
   char c = 0;
-  const bool reached = ::read(fds[0], &c, 1) == 1;
+  pollfd ready{fds[0], POLLIN, 0};
+  const bool reached = ::poll(&ready, 1, 10'000) == 1 && ::read(fds[0], &c, 1) == 1;
   ::close(fds[0]);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   int st = 0;
@@ -87,6 +91,30 @@ TEST(RdmacmApi, GetCmEventRacingAnotherThreadsTeardownKeepsWaiting) {
     rdma_cm_event* ev = nullptr;
     rdma_get_cm_event(ch, &ev);
   }));
+}
+
+// No call on a non-blocking channel waits, before its destruction or after.
+TEST(RdmacmApi, GetCmEventOnANonBlockingChannelAnotherThreadDestroyedFailsWithEbadf) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  ASSERT_EQ(::fcntl(ch->fd, F_SETFL, ::fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  rdma_cm_event* ev = nullptr;
+  errno = 0;
+  EXPECT_EQ(rdma_get_cm_event(ch, &ev), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  std::thread([ch] { rdma_destroy_event_channel(ch); }).join();
+  // (Detached: a call that waits would wait for good.)
+  auto done = std::make_shared<std::promise<std::pair<int, int>>>();
+  auto call = done->get_future();
+  std::thread([ch, done] {
+    rdma_cm_event* e = nullptr;
+    const int rc = rdma_get_cm_event(ch, &e);
+    done->set_value({rc, errno});
+  }).detach();
+  ASSERT_EQ(call.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "it waited";
+  const auto [rc, err] = call.get();
+  EXPECT_EQ(rc, -1);
+  EXPECT_EQ(err, EBADF);
 }
 
 TEST(RdmacmApi, GetCmEventWaitingWhenAnotherThreadDestroysTheChannelKeepsWaiting) {

@@ -80,7 +80,11 @@ void retire_channel(Channel* ch) noexcept {
     std::lock_guard g(ch->mu);
     for (EventBox* b : ch->queue) delete b;
     ch->queue.clear();
-    if (ch->ch.fd >= 0) ::close(ch->ch.fd);
+    if (ch->ch.fd >= 0) {
+      const int fl = ::fcntl(ch->ch.fd, F_GETFL);
+      ch->was_nonblocking = fl >= 0 && (fl & O_NONBLOCK);
+      ::close(ch->ch.fd);
+    }
     ch->ch.fd = -1;
     ch->destroyed_by = std::this_thread::get_id();
   }
@@ -105,8 +109,10 @@ static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
         *event = &box->ev;
         return 0;
       }
-      // Called after this thread destroyed the channel: a plain misuse.
-      if (ch.ch.fd < 0 && entering && ch.destroyed_by == std::this_thread::get_id())
+      // Called after this thread destroyed the channel, a plain misuse, or
+      // on a non-blocking one, where no call ever waits: as read() of the
+      // closed fd.
+      if (ch.ch.fd < 0 && entering && (ch.was_nonblocking || ch.destroyed_by == std::this_thread::get_id()))
         return fail("rdma_get_cm_event", EBADF, "the channel was destroyed");
       fd = ch.ch.fd;
     }
@@ -118,6 +124,9 @@ static int next_event(Channel& ch, rdma_cm_event** event) noexcept {
       // this call, until the process ends; an error made rping exit 255
       // after a clean run -- and whether the thread got in before the
       // teardown is only a matter of scheduling.
+      UROCE_LOG(debug,
+                "rdma_get_cm_event: channel destroyed by another thread; waiting for good, as a read() "
+                "blocked in the kernel's rdma_cm would");
       for (;;) ::pause();
     }
     const int fl = ::fcntl(fd, F_GETFL);

@@ -63,8 +63,10 @@ struct Channel {
   std::deque<EventBox*> queue;
   bool internal = false;  // a synchronous id's own
   // The thread that destroyed it: a call from another thread raced the
-  // teardown (see next_event in channel.cpp).
+  // teardown (see next_event in channel.cpp), unless the fd was
+  // non-blocking then.
   std::thread::id destroyed_by{};
+  bool was_nonblocking = false;
 };
 
 // A device: the verbs context the CM opened on it, and its QP1.
