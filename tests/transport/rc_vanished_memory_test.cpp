@@ -81,7 +81,8 @@ struct Doomed {
 
 // A watched region of `pd` whose memory was unmapped and replaced by new
 // memory full of `fill` at the same address, the watch having marked the
-// region gone; null if the address was taken 50 times in a row.
+// region gone; null if the region was not registered or not watched, if
+// the watch did not mark it, or if the address was taken 50 times in a row.
 std::unique_ptr<Doomed> replaced(Pd& pd, uint32_t acc, uint8_t fill) {
   for (int attempt = 0; attempt < 50; ++attempt) {
     auto d = std::make_unique<Doomed>(pd, acc);

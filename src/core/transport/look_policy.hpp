@@ -59,8 +59,9 @@ struct LookOutcome {
 
 class LookPolicy {
  public:
-  // An application that polled since the look that last found it polling,
-  // but not in the last kPollerIdleNs, is a spinner between bursts: the
+  // An application found polling at this look or the last one that could
+  // tell (see polled_before_), but not in the last kPollerIdleNs, is a
+  // spinner between bursts: the
   // thread takes the socket, and if packets were waiting halves its tick,
   // down to kMinTickNs.  Every kBusyLooks looks in a row that found nothing
   // to do -- the application polling, or no packet waiting -- double it,

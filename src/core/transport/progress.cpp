@@ -222,6 +222,8 @@ void Nic::progress_thread_main() noexcept {
       in.polled = cur != seen;
       in.waiting = app_waiting_.load(std::memory_order_acquire) > 0;
       in.rx_event = rx_event;
+      // (app_activity_ moves only in drive(), under mu_, which we hold: `cur`
+      // is still its value.)
       in.spinning_since_hand_over = cur == handed_activity_.load(std::memory_order_relaxed);
       seen = cur;
       const LookPlan plan = policy.plan(in);
