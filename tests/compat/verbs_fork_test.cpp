@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 
+#include "support/fork_guard.hpp"
 #include "verbs_fixture.hpp"
 
 namespace compat_test {
@@ -158,9 +159,7 @@ TEST_F(Fork, ChildrenThatExitLeaveTheParentIntact) {
 // 1,000 byte-checked ping-pongs of its own while the parent runs 1,000 of
 // its own: neither takes the other's packets.
 TEST_F(Fork, ChildWithADeviceOfItsOwnRunsBesideTheParent) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
-#endif
+  UROCE_SKIP_WORKING_CHILD_OF_THREADED_FORK();
   ibv_cq *ca, *cb;
   ibv_qp *a, *b;
   pair(ca, cb, a, b);

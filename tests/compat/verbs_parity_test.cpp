@@ -2,6 +2,7 @@
 // tests) rely on and kernel providers do: the attributes they check, a
 // usable cmd_fd, ibv_rereg_mr keeping the keys, QP access flags beyond the
 // rights passed through.
+#include "support/fork_guard.hpp"
 #include "verbs_fixture.hpp"
 
 namespace compat_test {
@@ -140,9 +141,7 @@ namespace compat_test {
 // own: its RC traffic works and is byte-exact, and the parent's QPs, used
 // before and after, are untouched.
 TEST_F(Verbs, ForkedChildOpensANicOfItsOwn) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
-#endif
+  UROCE_SKIP_WORKING_CHILD_OF_THREADED_FORK();
   ibv_cq* c = cq();
   ibv_qp* a = qp(IBV_QPT_RC, c, c);
   ibv_qp* b = qp(IBV_QPT_RC, c, c);

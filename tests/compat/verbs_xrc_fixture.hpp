@@ -10,11 +10,19 @@ namespace compat_test {
 class Xrc : public Verbs {
  protected:
   void SetUp() override {
-    Verbs::SetUp();
+    ASSERT_NO_FATAL_FAILURE(make_file());
+    ASSERT_NO_FATAL_FAILURE(set_up_on_file());
+  }
+  // The domain's (deleted) file, before any device is open.
+  void make_file() {
     char path[] = "/tmp/uroce-xrc-XXXXXX";
     file_ = mkstemp(path);
     ASSERT_GE(file_, 0);
     ::unlink(path);
+  }
+  // The device, the domain on file_ and the objects in it.
+  void set_up_on_file() {
+    ASSERT_NO_FATAL_FAILURE(Verbs::SetUp());
     xrcd_ = open_xrcd(file_, O_CREAT);
     ASSERT_NE(xrcd_, nullptr) << std::strerror(errno);
     rcq_ = cq();

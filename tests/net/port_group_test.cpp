@@ -22,6 +22,7 @@
 
 #include "net/registry.hpp"
 #include "net/unique_fd.hpp"
+#include "support/fork_guard.hpp"
 
 namespace uroce::net {
 namespace {
@@ -133,9 +134,7 @@ TEST_F(PortGroupTest, EachMemberReceivesItsOwnDatagrams) {
 // A member in another process is killed (SIGKILL: it leaves nothing in
 // order); the group goes on, and the next process takes its position.
 TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
-#endif
+  UROCE_SKIP_WORKING_CHILD_OF_THREADED_FORK();
   at_ = address(2);
   auto ra = registry();
   auto a = PortGroup::join(ra, at_, nullptr);
