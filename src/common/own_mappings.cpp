@@ -1,5 +1,6 @@
 #include "common/own_mappings.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <mutex>
@@ -18,7 +19,14 @@ struct Table {
 };
 
 Table& table() {
-  static Table* t = new Table();  // never destroyed: used until the very end
+  static Table* t = [] {
+    auto* made = new Table();  // never destroyed: used until the very end
+    // Held across fork(): a progress thread may be unmapping a ring (and
+    // the list mid-change) when another thread forks.  A leaf lock: no
+    // other lock is taken under it.
+    ::pthread_atfork([] { table().mu.lock(); }, [] { table().mu.unlock(); }, [] { table().mu.unlock(); });
+    return made;
+  }();
   return *t;
 }
 

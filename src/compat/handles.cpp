@@ -2,7 +2,10 @@
 // process has open (handles.hpp).
 #include "handles.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
+#include <new>
 #include <unordered_set>
 
 #include "compat.hpp"
@@ -17,6 +20,10 @@ namespace {
 std::atomic<uint32_t> g_next_handle{1};
 
 std::mutex g_contexts_mu;
+// Made anew in a forked child: the parent's CM thread may have held it
+// (modifying a QP for rdma_cm) at the fork.
+[[maybe_unused]] const int g_contexts_fork =
+    ::pthread_atfork(nullptr, nullptr, [] { new (&g_contexts_mu) std::mutex; });
 std::unordered_set<const ibv_context*>& open_contexts() {
   static auto* set = new std::unordered_set<const ibv_context*>;  // outlives exit-time destructors
   return *set;

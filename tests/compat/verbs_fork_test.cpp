@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <map>
+#include <thread>
 
 #include "support/fork_guard.hpp"
 #include "verbs_fixture.hpp"
@@ -181,6 +184,66 @@ TEST_F(Fork, ChildWithADeviceOfItsOwnRunsBesideTheParent) {
     _exit(HasFailure() ? 1 : 0);
   }
   traffic(a, b, ca, cb, 1000, 3);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  traffic(a, b, ca, cb, 3, 9);
+}
+
+// A forked child's regions are watched for unmapping as its parent's are
+// (the parent's userfaultfd acts on the parent's memory, and its thread is
+// not in the child): a region the child unmaps, with new memory mapped at
+// its address, is gone for a peer's WRITE, which never lands there.
+TEST_F(Fork, AChildsUnmappedRegionIsGoneForItsPeers) {
+  UROCE_SKIP_WORKING_CHILD_OF_THREADED_FORK();
+  ibv_cq *ca, *cb;
+  ibv_qp *a, *b;
+  pair(ca, cb, a, b);
+  traffic(a, b, ca, cb, 1, 0);  // the parent's region is watched: its watch runs
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    qps_.clear();
+    cqs_.clear();
+    mr_ = nullptr;
+    pd_ = nullptr;
+    ctx_ = nullptr;
+    Verbs::SetUp();
+    ibv_cq *cc, *cd;
+    ibv_qp *c, *d;
+    pair(cc, cd, c, d);
+    constexpr size_t kLen = 1 << 16;
+    void* m = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    std::memset(m, 1, kLen);
+    ibv_mr* gone = ibv_reg_mr(pd_, m, kLen, kAllAccess);
+    ASSERT_NE(gone, nullptr) << std::strerror(errno);
+    ASSERT_EQ(::munmap(m, kLen), 0);
+    void* now = ::mmap(m, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ASSERT_EQ(now, m) << "the address was taken meanwhile";
+    std::memset(now, 0xaa, kLen);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the watch's thread marks it
+    ibv_sge s = sge(0, 512);
+    ibv_send_wr wr{};
+    wr.wr_id = 5;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = uintptr_t(m) + 64;
+    wr.wr.rdma.rkey = gone->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(c, &wr, &bad), 0);
+    auto wc = poll(cc, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR) << ibv_wc_status_str(wc[0].status);
+    const auto* bytes = static_cast<const uint8_t*>(now);
+    EXPECT_TRUE(std::all_of(bytes, bytes + kLen, [](uint8_t v) { return v == 0xaa; })) << "the WRITE landed";
+    EXPECT_EQ(ibv_dereg_mr(gone), 0);
+    ::munmap(now, kLen);
+    std::fflush(stdout);
+    _exit(HasFailure() ? 1 : 0);
+  }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -29,6 +30,7 @@ struct Library {
   Sink sink;
   std::unique_ptr<cm::Cm> cm;
   std::unique_ptr<cm::Service> service;
+  pid_t pid = ::getpid();  // the process whose CM thread `service` runs
 };
 
 namespace {
@@ -74,9 +76,11 @@ Library* init() {
   if (list) ibv_free_device_list(list);
   l->service = std::make_unique<cm::Service>(*l->cm);
   for (Device* d : l->devices) d->port->set_receiver(l->service.get());
-  // Stop the thread before the process's static objects go away.
+  // Stop the thread before the process's static objects go away.  Not in
+  // a forked child that exit()s: the thread is the parent's, and so are
+  // the locks it may have held at the fork (the CM's, a port's).
   std::atexit([] {
-    if (Library* x = lib()) {
+    if (Library* x = lib(); x && x->pid == ::getpid()) {
       for (Device* d : x->devices) d->port->set_receiver(nullptr);
       x->service.reset();
     }

@@ -119,7 +119,11 @@ void Nic::xrc_sleep(bool& pending) noexcept {
 }
 
 void Nic::xrc_wake() noexcept {
+  if (xrc_sleeping_.empty()) return;
   for (auto& box : xrc_sleeping_) box->end_sleep();
+  // Under the lock a fork takes: an inbox removed meanwhile is unmapped
+  // here, by its last holder.
+  std::lock_guard g(mu_);
   xrc_sleeping_.clear();
 }
 

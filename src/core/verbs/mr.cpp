@@ -1,10 +1,12 @@
 #include "verbs/mr.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <new>
 
 #include "common/own_mappings.hpp"
 #include "net/registry.hpp"
@@ -135,8 +137,11 @@ MrTable& MrTable::instance() {
   return *table;
 }
 
+void MrTable::after_fork_in_child() noexcept { new (&mu_) std::mutex; }
+
 MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret) : slot_(slot), cipher_(secret) {
   first_index_ = 1 + random_u32() % (kMaxMrs - 1);
+  ::pthread_atfork(nullptr, nullptr, [] { MrTable::instance().after_fork_in_child(); });
   UnmapWatch::instance().set_handler([]() noexcept { return MrTable::instance().reg_count(); },
                                      [](uint64_t lo, uint64_t hi, uint64_t stamp) noexcept {
                                        return MrTable::instance().mark_unmapped(lo, hi, stamp);

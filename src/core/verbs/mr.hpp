@@ -118,6 +118,9 @@ class MrTable {
 
  private:
   MrTable(uint32_t slot, std::span<const uint8_t, 16> secret);
+  // In a forked child mu_ is made anew: the parent's unmap watch may have
+  // held it at the fork (marking regions gone, which moves no index).
+  void after_fork_in_child() noexcept;
   friend class Mr;
   // The checks of a registration: EINVAL for bad flags or ranges, EFAULT if
   // the range is not mapped (unless on-demand).

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "common/log.hpp"
@@ -51,8 +52,24 @@ bool uffd_range(int fd, unsigned long op, uint64_t lo, uint64_t hi) noexcept {
 }  // namespace
 
 UnmapWatch& UnmapWatch::instance() noexcept {
-  static UnmapWatch* w = new UnmapWatch();  // never destroyed: its thread runs until exit
+  static UnmapWatch* w = [] {
+    auto* made = new UnmapWatch();  // never destroyed: its thread runs until exit
+    ::pthread_atfork(nullptr, nullptr, [] { instance().after_fork_in_child(); });
+    return made;
+  }();
   return *w;
+}
+
+void UnmapWatch::after_fork_in_child() noexcept {
+  // Made anew, not locked around the fork: the parent's thread may have
+  // held mu_ then.  What it guarded is the parent's: left behind unfreed.
+  new (&mu_) std::mutex;
+  new (&ranges_) decltype(ranges_)();
+  new (&released_) decltype(released_)();
+  if (fd_ >= 0) ::close(fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  fd_ = wake_fd_ = -1;
+  tried_ = false;
 }
 
 bool UnmapWatch::available() noexcept {

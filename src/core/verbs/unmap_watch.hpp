@@ -63,6 +63,10 @@ class UnmapWatch {
 
  private:
   UnmapWatch() = default;
+  // In a forked child: the userfaultfd is the parent's (its ioctls act on
+  // the parent's memory) and its thread is not there; the child's first
+  // watch() opens its own.
+  void after_fork_in_child() noexcept;
   bool open_locked() noexcept;
   void run() noexcept;
   void release_pending() noexcept;
