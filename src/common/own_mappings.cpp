@@ -1,6 +1,5 @@
 #include "common/own_mappings.hpp"
 
-#include <pthread.h>
 #include <sys/mman.h>
 
 #include <mutex>
@@ -19,14 +18,7 @@ struct Table {
 };
 
 Table& table() {
-  static Table* t = [] {
-    auto* made = new Table();  // never destroyed: used until the very end
-    // Held across fork(): a progress thread may be unmapping a ring (and
-    // the list mid-change) when another thread forks.  A leaf lock: no
-    // other lock is taken under it.
-    ::pthread_atfork([] { table().mu.lock(); }, [] { table().mu.unlock(); }, [] { table().mu.unlock(); });
-    return made;
-  }();
+  static Table* t = new Table();  // never destroyed: used until the very end
   return *t;
 }
 
@@ -65,5 +57,8 @@ bool overlaps(uint64_t addr, uint64_t len) noexcept {
     if (r.start < end && addr < r.end) return true;
   return false;
 }
+
+void lock_for_fork() noexcept { table().mu.lock(); }
+void unlock_after_fork() noexcept { table().mu.unlock(); }
 
 }  // namespace uroce::own_mappings

@@ -19,4 +19,10 @@ void unmap(void* p, size_t len) noexcept;
 // Whether [addr, addr + len) touches any of them.
 bool overlaps(uint64_t addr, uint64_t len) noexcept;
 
+// Around fork(), so the child's list is not mid-change: taken last, after
+// every NIC's lock (under which the list is also changed), and let go in
+// parent and child (transport/nic.cpp).
+void lock_for_fork() noexcept;
+void unlock_after_fork() noexcept;
+
 }  // namespace uroce::own_mappings

@@ -22,7 +22,6 @@
 
 #include "net/registry.hpp"
 #include "net/unique_fd.hpp"
-#include "support/fork_guard.hpp"
 
 namespace uroce::net {
 namespace {
@@ -134,18 +133,21 @@ TEST_F(PortGroupTest, EachMemberReceivesItsOwnDatagrams) {
 // A member in another process is killed (SIGKILL: it leaves nothing in
 // order); the group goes on, and the next process takes its position.
 TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
-  UROCE_SKIP_WORKING_CHILD_OF_THREADED_FORK();
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded fork that starts threads (die_after_fork)";
+#endif
   at_ = address(2);
-  auto ra = registry();
-  auto a = PortGroup::join(ra, at_, nullptr);
-  ASSERT_TRUE(a.ok()) << a.status().to_string();
   int report[2], go[2];
   ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
   ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  // Forked before this process joins (starting the group's thread): the
+  // child joins second, once told to.
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     PortGroup::after_fork_in_child();
+    char join;
+    if (::read(go[0], &join, 1) != 1) _exit(4);
     auto rb = HostRegistry::open(path_);
     if (!rb.ok()) _exit(2);
     auto b = PortGroup::join(*rb, at_, nullptr);
@@ -159,6 +161,10 @@ TEST_F(PortGroupTest, AKilledMembersPositionGoesToTheNextProcess) {
     ::pause();
     _exit(0);
   }
+  auto ra = registry();
+  auto a = PortGroup::join(ra, at_, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_EQ(::write(go[1], "j", 1), 1);
   uint32_t v[2] = {};
   ASSERT_EQ(::read(report[0], v, sizeof v), ssize_t(sizeof v));
   EXPECT_EQ(v[1], 1u);

@@ -5,9 +5,12 @@
 
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <string_view>
+#include <type_traits>
 
 #include "common/log.hpp"
+#include "common/own_mappings.hpp"
 #include "net/fault_io.hpp"
 #include "net/pcap_io.hpp"
 #include "net/port_group.hpp"
@@ -53,22 +56,26 @@ void before_fork() noexcept {
   for (auto& [key, weak] : nics())
     if (auto nic = weak.lock()) forking().push_back(std::move(nic));
   for (auto& nic : forking()) nic->mu().lock();
+  own_mappings::lock_for_fork();  // last: it is taken under a NIC's lock too
 }
 
 void after_fork_in_parent() noexcept {
+  own_mappings::unlock_after_fork();
   for (auto& nic : forking()) nic->mu().unlock();
   forking().clear();
   g_nics_mu.unlock();
 }
 
+// Allocates and frees nothing: an allocator that does not guard fork (the
+// sanitizers') may have been in use by another thread at the fork.
 void after_fork_in_child() noexcept {
-  static auto* inherited = new std::vector<std::shared_ptr<Nic>>;  // never destroyed, never used
-  for (auto& nic : forking()) {
-    nic->mu().unlock();
-    inherited->push_back(std::move(nic));
-  }
-  forking().clear();
-  nics().clear();
+  own_mappings::unlock_after_fork();
+  for (auto& nic : forking()) nic->mu().unlock();
+  // The inherited NICs stay referenced by the old list, left behind.
+  using Forking = std::remove_reference_t<decltype(forking())>;
+  using Table = std::remove_reference_t<decltype(nics())>;
+  new (&forking()) Forking();
+  new (&nics()) Table();
   g_nics_mu.unlock();
   net::PortGroup::after_fork_in_child();  // the child is no member of the parent's shared ports
 }

@@ -58,6 +58,8 @@ bool populate_supported() noexcept {
   return ok;
 }
 
+MrTable* g_table = nullptr;
+
 }  // namespace
 
 bool Mr::odp_fault_in(const uint8_t* p, uint64_t len, uint32_t need) noexcept {
@@ -137,11 +139,21 @@ MrTable& MrTable::instance() {
   return *table;
 }
 
-void MrTable::after_fork_in_child() noexcept { new (&mu_) std::mutex; }
+void MrTable::after_fork_in_child() noexcept {
+  new (&mu_) std::mutex;
+  // The child's unmap watch starts empty (UnmapWatch::after_fork_in_child):
+  // a region it inherited is not watched there, and its deregistration
+  // must not take the watch of the child's own region over the same pages.
+  for (const auto& c : chunks_)
+    if (Entry* chunk = c.load(std::memory_order_relaxed))
+      for (uint32_t i = 0; i < kChunk; ++i)
+        if (const Mr* mr = chunk[i].mr.load(std::memory_order_relaxed)) const_cast<Mr*>(mr)->watched_ = false;
+}
 
 MrTable::MrTable(uint32_t slot, std::span<const uint8_t, 16> secret) : slot_(slot), cipher_(secret) {
   first_index_ = 1 + random_u32() % (kMaxMrs - 1);
-  ::pthread_atfork(nullptr, nullptr, [] { MrTable::instance().after_fork_in_child(); });
+  g_table = this;  // for the fork handler, which must not wait on instance()'s initialisation
+  ::pthread_atfork(nullptr, nullptr, [] { g_table->after_fork_in_child(); });
   UnmapWatch::instance().set_handler([]() noexcept { return MrTable::instance().reg_count(); },
                                      [](uint64_t lo, uint64_t hi, uint64_t stamp) noexcept {
                                        return MrTable::instance().mark_unmapped(lo, hi, stamp);

@@ -26,6 +26,8 @@
 namespace uroce::verbs {
 namespace {
 
+UnmapWatch* g_made = nullptr;
+
 uint64_t page_size() noexcept {
   static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
   return page;
@@ -54,7 +56,8 @@ bool uffd_range(int fd, unsigned long op, uint64_t lo, uint64_t hi) noexcept {
 UnmapWatch& UnmapWatch::instance() noexcept {
   static UnmapWatch* w = [] {
     auto* made = new UnmapWatch();  // never destroyed: its thread runs until exit
-    ::pthread_atfork(nullptr, nullptr, [] { instance().after_fork_in_child(); });
+    g_made = made;                  // for the fork handler, which must not wait on this initialisation
+    ::pthread_atfork(nullptr, nullptr, [] { g_made->after_fork_in_child(); });
     return made;
   }();
   return *w;
