@@ -108,6 +108,18 @@ class Fork : public Verbs {
     connect(b, a->qp_num);
   }
 
+  // In a forked child: everything the parent had stays the parent's; the
+  // child opens the device anew and makes a connected pair of its own.
+  void start_over_in_child(ibv_cq*& cc, ibv_cq*& cd, ibv_qp*& c, ibv_qp*& d) {
+    qps_.clear();
+    cqs_.clear();
+    mr_ = nullptr;
+    pd_ = nullptr;
+    ctx_ = nullptr;
+    Verbs::SetUp();
+    pair(cc, cd, c, d);
+  }
+
   // `n` SENDs a -> b, each of its own bytes, checked at the receiver.
   void traffic(ibv_qp* a, ibv_qp* b, ibv_cq* ca, ibv_cq* cb, int n, int seed) {
     for (int i = 0; i < n && !HasFatalFailure(); ++i) send_checked(a, ca, b, cb, 2000, seed * 1000 + i);
@@ -177,16 +189,9 @@ TEST_F(Fork, ChildWithADeviceOfItsOwnRunsBesideTheParent) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    // Everything the parent had stays the parent's; the child starts anew.
-    qps_.clear();
-    cqs_.clear();
-    mr_ = nullptr;
-    pd_ = nullptr;
-    ctx_ = nullptr;
-    Verbs::SetUp();
     ibv_cq *cc, *cd;
     ibv_qp *c, *d;
-    pair(cc, cd, c, d);
+    start_over_in_child(cc, cd, c, d);
     traffic(c, d, cc, cd, 1000, 7);
     _exit(HasFailure() ? 1 : 0);
   }
@@ -229,15 +234,9 @@ TEST_F(Fork, AChildsUnmappedRegionIsGoneForItsPeers) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    qps_.clear();
-    cqs_.clear();
-    mr_ = nullptr;
-    pd_ = nullptr;
-    ctx_ = nullptr;
-    Verbs::SetUp();
     ibv_cq *cc, *cd;
     ibv_qp *c, *d;
-    pair(cc, cd, c, d);
+    start_over_in_child(cc, cd, c, d);
     // A region goes away and new memory takes its address (another thread
     // may take the address first: then again, with a new region).
     constexpr size_t kLen = 1 << 16;
