@@ -32,20 +32,20 @@ namespace {
 class XrcShared : public Xrc {
  protected:
   // Before any device is open: the domain's file and the pipes.  Each test
-  // forks, then the parent calls parent_set_up() and the child
+  // forks, then the parent calls set_up_on_file() and the child
   // become_child().
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(make_file());
     ASSERT_EQ(::pipe2(to_parent_, O_CLOEXEC), 0);
     ASSERT_EQ(::pipe2(to_child_, O_CLOEXEC), 0);
   }
+  // The child is remembered for TearDown to kill should the parent fail.
   // ctest runs each test in a process of its own, where this is the only
   // thread; after other tests, uroce's unmap watch (asleep) is there too.
   pid_t fork_child() {
     child_ = ::fork();
     return child_;
   }
-  void parent_set_up() { set_up_on_file(); }
   // The child's side: opens the device and the domain on `fd`, and makes
   // an XRC SRQ whose CQ has a completion channel.
   void become_child(int fd) {
@@ -197,7 +197,7 @@ TEST_F(XrcShared, SendsReachAnotherProcesssSrq) {
     EXPECT_EQ(get_u32(to_child_[0]), 3u);  // the parent is done with our SRQ
     child_end();
   }
-  ASSERT_NO_FATAL_FAILURE(parent_set_up());
+  ASSERT_NO_FATAL_FAILURE(set_up_on_file());
   put_u32(to_child_[1], recv_->qp_num);
   put_u32(to_child_[1], send_->qp_num);
   const uint32_t child_srqn = get_u32(to_parent_[0]);
@@ -249,7 +249,7 @@ TEST_F(XrcShared, AnotherProcesssSrqOfAnotherDomainIsRefused) {
     ::close(other);
     child_end();
   }
-  ASSERT_NO_FATAL_FAILURE(parent_set_up());
+  ASSERT_NO_FATAL_FAILURE(set_up_on_file());
   const uint32_t child_srqn = get_u32(to_parent_[0]);
   fill(buf_, 0, 64, 5);
   const ibv_wc wc = send_to(child_srqn, IBV_WR_SEND, 0, 64);
@@ -284,7 +284,7 @@ TEST_F(XrcShared, TheInboxOfAKilledProcessGoesAway) {
     std::this_thread::sleep_for(std::chrono::seconds(30));  // killed long before
     _exit(3);
   }
-  ASSERT_NO_FATAL_FAILURE(parent_set_up());  // its SRQ's inbox is elsewhere
+  ASSERT_NO_FATAL_FAILURE(set_up_on_file());  // its SRQ's inbox is elsewhere
   ASSERT_EQ(::setenv("UROCE_SHM_DIR", dir, 1), 0);
   const uint32_t child_srqn = get_u32(to_parent_[0]);
   const std::string child_inbox = "-xsrq-" + std::to_string(child_srqn) + ".ring";
