@@ -183,10 +183,6 @@ struct ResponderState {
   uint32_t ack_psn = 0;
   uint8_t ack_syndrome = 0;
   uint32_t acks_owed = 0;  // packets asking for an ACK since the last one sent
-  // The lazy ACK owed came for what may be the peer's answer to a request
-  // of ours still unacknowledged: the peer's ACK of it follows that answer
-  // (Nic::pump), so an idle poll waits for it (progress.cpp).
-  bool ack_after_answer = false;
   // READ/atomic resources in PSN order; the oldest are overwritten
   std::vector<RdAtomicResource> res;
   uint32_t res_head = 0;     // next slot to overwrite

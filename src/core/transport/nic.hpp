@@ -159,9 +159,6 @@ class Nic {
   void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
   void pump() noexcept;                      // send what is scheduled
   void flush_acks() noexcept;                // send lazy ACKs now
-  // Every QP with a lazy ACK waits for the peer's ACK of a request of ours
-  // that should follow the answer it came with (ResponderState).
-  bool lazy_acks_await_acks() const noexcept;
   // Receives one batch and processes it; returns the packets handled.
   size_t poll_rx() noexcept;
   void arm_timer(QpEngine& qp, Clock::time_point when) noexcept;
@@ -262,9 +259,8 @@ class Nic {
   PeerPorts ports_{nullptr};
   std::unique_ptr<QpTable> qps_;  // made once the registry gave the slot
 
-  std::deque<QpEngine*> ready_;     // QPs with packets to send
-  std::vector<QpEngine*> lazy_;     // QPs with only an ACK to send
-  Clock::time_point lazy_since_{};  // when the first of them was queued
+  std::deque<QpEngine*> ready_;  // QPs with packets to send
+  std::vector<QpEngine*> lazy_;  // QPs with only an ACK to send
   struct Timer {
     Clock::time_point when;
     uint32_t qpn;

@@ -41,11 +41,6 @@ constexpr uint64_t kTimerSlackNs = 1'000;
 // CPU at once (Linux 6.12+; see thread_tuning.hpp).  It runs for a few
 // microseconds at a time, far less than this.
 constexpr uint64_t kSliceNs = 100'000;
-// How long an ACK may wait for the answer of an application that polls
-// (Nic::schedule_ack): it answers within microseconds when it answers at
-// all (a ping-pong), and a requester whose peer does not answer waits this
-// much longer for its completion.
-constexpr int64_t kLazyAckNs = 50'000;
 
 }  // namespace
 
@@ -60,26 +55,18 @@ size_t Nic::drive() noexcept {
     refresh_now();
     if (timers_.top().when <= now_) run_timers();
   }
-  const Clock::time_point end = Clock::now();
-  if (!lazy_.empty()) {
-    // ACKs left to wait for the application's answer (responder.cpp) go
-    // with that answer, or with an idle poll.  Not with one while the ACK
-    // of our request the peer answered is still to come, up to kLazyAckNs:
-    // the peer sends its answer's WRITE before that ACK (Nic::pump), and a
-    // poll that took the WRITE alone must not send this ACK ahead of our
-    // own answer, which follows that ACK.  If neither comes, the progress
-    // thread sends them (see its look): make sure it is ticking, not
-    // asleep for good.
-    if (got == 0 && (end - lazy_since_ >= std::chrono::nanoseconds(kLazyAckNs) || !lazy_acks_await_acks())) {
-      flush_acks();
-    } else {
-      const int64_t tick = (now_ + std::chrono::nanoseconds(kAppTickNs)).time_since_epoch().count();
-      if (thread_sleep_until_.load(std::memory_order_acquire) > tick) kick();
-    }
+  if (got == 0) {
+    if (!lazy_.empty()) flush_acks();
+  } else if (!lazy_.empty()) {
+    // The ACKs left behind go with our next send or our next idle poll; if
+    // neither comes, the progress thread's next tick sends them.  Make sure
+    // it is ticking rather than asleep for good.
+    const int64_t tick = (now_ + std::chrono::nanoseconds(kAppTickNs)).time_since_epoch().count();
+    if (thread_sleep_until_.load(std::memory_order_acquire) > tick) kick();
   }
   // When it ended (the progress thread looks under the same lock, so a long
   // drive never looks like an idle application).
-  app_last_poll_ns_.store(end.time_since_epoch().count(), std::memory_order_relaxed);
+  app_last_poll_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   return got;
 }
 
@@ -253,21 +240,9 @@ void Nic::progress_thread_main() noexcept {
         run_timers();
       }
       look = policy.after(got, now_.time_since_epoch().count());
+      // ACKs an application thread left behind wait at most one tick.
+      if (!lazy_.empty()) flush_acks();
       sleep_until = look.sleep_until;
-      // ACKs left to wait for the application's answer (responder.cpp):
-      // while it polls, or spins on memory between polls (it polled within
-      // the last tick), it may be about to answer, so they wait up to
-      // kLazyAckNs for that, whoever received the request.  Otherwise (it
-      // waits for events, or never polls: a passive server) nobody answers
-      // and they leave now.
-      if (!lazy_.empty()) {
-        const Clock::time_point due = lazy_since_ + std::chrono::nanoseconds(kLazyAckNs);
-        const bool polls = in.polled || in.now_ns - in.last_poll_ns < kAppTickNs;
-        if (!polls || in.waiting || now_ >= due)
-          flush_acks();
-        else
-          sleep_until = std::min<int64_t>(sleep_until, due.time_since_epoch().count());
-      }
       if (!timers_.empty()) sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
       if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())

@@ -35,37 +35,23 @@ constexpr uint32_t kMaxMessage = 1u << 31;
 // sequence NAKs that packets behind it draw would hide it from the requester
 // (an error would turn into a retry, an RNR wait into a tight resend loop).
 
-// `lazy`: the packet ended a message the application may answer right away
-// (it completed a receive, or it is a WRITE the application may be spinning
-// on), so the ACK can leave with that answer (see below).
+// `lazy`: the packet completed a receive, so the application may answer it
+// right away and the ACK can leave with that answer (see below).
 void queue_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept {
   ResponderState& s = qp.resp;
   if (s.ack == AckOwed::seq_nak || s.ack == AckOwed::nak) return;
   transition(qp.qpn(), s.ack, AckOwed::ack);
   s.ack_psn = psn;
   s.ack_syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
-  // An ACK for one message the application may answer (a receive it
-  // completed, a WRITE it may spin on) waits for that answer (a ping-pong's
-  // reply: both in one sendmmsg, see Nic::pump for their order), or for an
-  // idle poll (progress.cpp).  Any other ACK, or one for more packets (a
-  // stream: the sender's window would stall), leaves with this receive
-  // batch.
-  if (++s.acks_owed >= 2 || !lazy) {
+  // An ACK for one message that completed a receive waits for what the
+  // application answers (a ping-pong's reply: both in one sendmmsg, the
+  // reply first), or for the next idle poll.  Any other ACK, or one for more
+  // packets (a stream: the sender's window would stall), leaves with this
+  // receive batch.
+  if (++s.acks_owed >= 2 || !lazy)
     nic.schedule(qp);
-    return;
-  }
-  // What came may be the peer's answer to a request of ours only if that
-  // left long enough ago to have reached the peer: half the least round
-  // trip measured (none yet: it may).  A peer's WRITE that crossed ours on
-  // the way (both sides write, then wait for their completion) is no
-  // answer, and its ACK must not wait for ours, which the peer holds the
-  // same way.  (The least round trip includes a wake-up or two of the
-  // responder's thread, which an application that answers itself saves:
-  // the whole of it was too much.)
-  const RequesterState& r = qp.req;
-  s.ack_after_answer =
-      r.una_psn != r.next_psn && r.timing && nic.now() - r.timed_at >= std::chrono::nanoseconds(r.min_rtt_ns / 2);
-  nic.schedule_ack(qp);
+  else
+    nic.schedule_ack(qp);
 }
 
 void queue_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
@@ -365,9 +351,7 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     }
   }
   s.epsn = psn_add(psn, 1);
-  // The ACK of a whole WRITE may wait for the answer too: an application
-  // that spins on the memory it lands in answers as soon as it sees it.
-  if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, last);
+  if (rc && pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn, last && (flags & op::kImm));
 }
 
 // More READs/atomics outstanding than max_dest_rd_atomic allows (the
