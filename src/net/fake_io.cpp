@@ -80,11 +80,12 @@ void FakeNetwork::detach(const Endpoint& ep) {
 
 void FakeNetwork::send(const Endpoint& src, std::span<const TxPacket> pkts) {
   std::lock_guard lk(mu_);
+  ++batches_;
   size_t train_left = 0;  // packets still to come of the GSO train in the batch
   for (const TxPacket& t : pkts) {
     const bool joined = train_left > 0;
     train_left = joined ? train_left - 1 : t.gso_segments > 1 ? t.gso_segments - 1u : 0;
-    FakePacket p{src, t.dst, t.tos, {}, joined};
+    FakePacket p{src, t.dst, t.tos, {}, joined, batches_};
     p.data.resize(t.size());
     if (!t.head.empty()) std::memcpy(p.data.data(), t.head.data(), t.head.size());
     // The body may be application memory that went away: the packet is lost.

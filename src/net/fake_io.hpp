@@ -37,6 +37,7 @@ struct FakePacket {
   uint8_t tos = 0;
   std::vector<uint8_t> data;  // the UDP payload
   bool joined = false;        // it left in the GSO train of the one before it (set_gso_max)
+  uint64_t batch = 0;         // the send_batch call it came in, counted network-wide
 };
 
 struct FakeNetStats {
@@ -113,6 +114,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   Filter filter_;
   size_t queue_limit_ = 4096;
   size_t ecn_threshold_ = 0;
+  uint64_t batches_ = 0;  // send_batch calls so far (FakePacket::batch)
   uint16_t gso_max_ = 0;
   uint16_t next_port_ = 49152;
   FakeNetStats stats_;

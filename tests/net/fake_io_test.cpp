@@ -122,6 +122,16 @@ TEST(FakeIo, RecordsEveryPacketSent) {
   EXPECT_EQ(rec[2].data, Bytes{6});
   n.net->clear_recorded();
   EXPECT_TRUE(n.net->recorded().empty());
+  // Each packet carries the number of the send_batch call it came in.
+  const uint8_t m1 = 7, m2 = 8;
+  TxPacket two[2] = {{kB, {&m1, 1}, {}, {}, 0}, {kB, {&m2, 1}, {}, {}, 0}};
+  n.a->send_batch(two);
+  n.send_mark(*n.a, kB, 9);
+  rec = n.net->recorded();
+  ASSERT_EQ(rec.size(), 3u);
+  EXPECT_EQ(rec[0].batch, rec[1].batch);
+  EXPECT_EQ(rec[2].batch, rec[1].batch + 1);
+  n.net->clear_recorded();
   n.net->set_recording(false);
   n.send_mark(*n.a, kB, 1);
   EXPECT_TRUE(n.net->recorded().empty());

@@ -23,6 +23,7 @@ struct WirePkt {
   uint32_t flags = 0;  // wire::op::k*
   size_t payload = 0;
   bool joined = false;  // it left in the GSO train of the packet before it
+  uint64_t batch = 0;   // the send_batch call it left in (FakePacket::batch)
   uint8_t opcode() const { return hdr.bth.opcode; }
   uint32_t psn() const { return hdr.bth.psn; }
 };
@@ -34,6 +35,7 @@ inline WirePkt decode_pkt(const net::FakePacket& fp) {
   w.src = fp.src;
   w.dst = fp.dst;
   w.joined = fp.joined;
+  w.batch = fp.batch;
   if (!wire::decode(fp.data, p, e)) return w;
   w.ok = true;
   w.hdr = p.hdr;
