@@ -183,6 +183,20 @@ struct ResponderState {
   uint32_t ack_psn = 0;
   uint8_t ack_syndrome = 0;
   uint32_t acks_owed = 0;  // packets asking for an ACK since the last one sent
+  // The lazy ACK owed came for what may be the peer's answer to a request
+  // of ours still unacknowledged: the peer's ACK of it follows that answer
+  // (Nic::pump), so an idle poll waits for it (progress.cpp).
+  bool ack_after_answer = false;
+  // The lazy ACK owed may wait for the application's answer (the progress
+  // thread holds it a while, progress.cpp); ack_after_answer implies it.
+  bool ack_may_wait = false;
+  // Whether lazy ACKs are worth holding, learnt from how the last ones
+  // left: with the application's answer (a ping-pong), or alone at a
+  // deadline (both sides wrote at once, say, and each waits for its
+  // completion).  After a miss the next hold_skip lazy ACKs do not wait,
+  // a number that doubles with each miss in a row (Nic::held_ack_leaves).
+  uint8_t hold_misses = 0;
+  uint16_t hold_skip = 0;
   // READ/atomic resources in PSN order; the oldest are overwritten
   std::vector<RdAtomicResource> res;
   uint32_t res_head = 0;     // next slot to overwrite

@@ -158,7 +158,23 @@ class Nic {
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
   void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
   void pump() noexcept;                      // send what is scheduled
-  void flush_acks() noexcept;                // send lazy ACKs now
+  // How an ACK held for the application's answer leaves: with it, with
+  // other packets before it came, or alone at a deadline.
+  enum class HeldAck : uint8_t { answered, early, alone };
+  void flush_acks(HeldAck how = HeldAck::early) noexcept;  // send lazy ACKs now
+  // Every QP with a lazy ACK waits for the peer's ACK of a request of ours
+  // that should follow the answer it came with (ResponderState).
+  bool lazy_acks_await_acks() const noexcept;
+  // Every QP with a lazy ACK holds it for the application's answer
+  // (ack_after_answer), or lets it wait for one (ack_may_wait).
+  bool lazy_acks_held() const noexcept;
+  bool lazy_acks_may_wait() const noexcept;
+  // The packets being handled were received by an application's poll
+  // (drive), not by the progress thread.
+  bool app_receives() const noexcept { return app_receives_; }
+  // The ACK qp held for the application's answer leaves (what
+  // ResponderState::hold_skip learns from).
+  void held_ack_leaves(QpEngine& qp, HeldAck how) noexcept;
   // Receives one batch and processes it; returns the packets handled.
   size_t poll_rx() noexcept;
   void arm_timer(QpEngine& qp, Clock::time_point when) noexcept;
@@ -259,8 +275,9 @@ class Nic {
   PeerPorts ports_{nullptr};
   std::unique_ptr<QpTable> qps_;  // made once the registry gave the slot
 
-  std::deque<QpEngine*> ready_;  // QPs with packets to send
-  std::vector<QpEngine*> lazy_;  // QPs with only an ACK to send
+  std::deque<QpEngine*> ready_;     // QPs with packets to send
+  std::vector<QpEngine*> lazy_;     // QPs with only an ACK to send
+  Clock::time_point lazy_since_{};  // when the first of them was queued
   struct Timer {
     Clock::time_point when;
     uint32_t qpn;
@@ -308,6 +325,7 @@ class Nic {
   std::atomic<int64_t> app_last_poll_ns_{0};    // Clock time of the last one
   std::atomic<int> app_waiting_{0};             // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
+  bool app_receives_ = false;                   // (under mu_) see app_receives()
   std::atomic<bool> spinner_{false};            // the application spins on memory between polls
   std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
   bool arm_socket() noexcept;                   // arms it unless it is (true: it did)

@@ -41,13 +41,26 @@ constexpr uint64_t kTimerSlackNs = 1'000;
 // CPU at once (Linux 6.12+; see thread_tuning.hpp).  It runs for a few
 // microseconds at a time, far less than this.
 constexpr uint64_t kSliceNs = 100'000;
+// How long a lazy ACK may wait for the answer of an application that polls
+// (Nic::schedule_ack): it answers within microseconds when it answers at
+// all (a ping-pong), and a requester whose peer does not answer waits this
+// much longer for its completion.
+constexpr int64_t kLazyAckNs = 50'000;
+// The same for ACKs held for what may be the peer's answer to a request of
+// ours (ResponderState::ack_after_answer), which are held longer: on a
+// 2-CPU host running both sides of a ping-pong and their progress threads,
+// 1 answer in 50 over UDP came after 50 us.  When one does not come in
+// time, the QP's next ACKs stop waiting for a while (hold_skip).
+constexpr int64_t kHeldAckNs = 200'000;
 
 }  // namespace
 
 size_t Nic::drive() noexcept {
   app_activity_.fetch_add(1, std::memory_order_relaxed);
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
+  app_receives_ = true;
   const size_t got = poll_rx();
+  app_receives_ = false;
   // Timers that are due run here too (after the packets waiting, which may
   // answer them): a paced QP's next packet should not wait for the progress
   // thread to get a CPU from the polling application.
@@ -55,18 +68,27 @@ size_t Nic::drive() noexcept {
     refresh_now();
     if (timers_.top().when <= now_) run_timers();
   }
-  if (got == 0) {
-    if (!lazy_.empty()) flush_acks();
-  } else if (!lazy_.empty()) {
-    // The ACKs left behind go with our next send or our next idle poll; if
-    // neither comes, the progress thread's next tick sends them.  Make sure
-    // it is ticking rather than asleep for good.
-    const int64_t tick = (now_ + std::chrono::nanoseconds(kAppTickNs)).time_since_epoch().count();
-    if (thread_sleep_until_.load(std::memory_order_acquire) > tick) kick();
+  const Clock::time_point end = Clock::now();
+  if (!lazy_.empty()) {
+    // ACKs left to wait for the application's answer (responder.cpp) go
+    // with that answer, or with an idle poll.  Not with one while the ACK
+    // of our request the peer answered is still to come, up to kHeldAckNs:
+    // the peer sends its answer's WRITE before that ACK (Nic::pump), and a
+    // poll that took the WRITE alone must not send this ACK ahead of our
+    // own answer, which follows that ACK.  If neither comes, the progress
+    // thread sends them (see its look): make sure it is ticking, not
+    // asleep for good.
+    const bool late = end - lazy_since_ >= std::chrono::nanoseconds(kHeldAckNs);
+    if (got == 0 && (late || !lazy_acks_await_acks())) {
+      flush_acks(late ? HeldAck::alone : HeldAck::early);
+    } else {
+      const int64_t tick = (now_ + std::chrono::nanoseconds(kAppTickNs)).time_since_epoch().count();
+      if (thread_sleep_until_.load(std::memory_order_acquire) > tick) kick();
+    }
   }
   // When it ended (the progress thread looks under the same lock, so a long
   // drive never looks like an idle application).
-  app_last_poll_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  app_last_poll_ns_.store(end.time_since_epoch().count(), std::memory_order_relaxed);
   return got;
 }
 
@@ -240,9 +262,27 @@ void Nic::progress_thread_main() noexcept {
         run_timers();
       }
       look = policy.after(got, now_.time_since_epoch().count());
-      // ACKs an application thread left behind wait at most one tick.
-      if (!lazy_.empty()) flush_acks();
       sleep_until = look.sleep_until;
+      // ACKs left to wait for the application's answer (responder.cpp):
+      // while it polls, or spins on memory between polls (it polled within
+      // the last tick), it may be about to answer, so they wait up to
+      // kLazyAckNs for that (kHeldAckNs if all are held for an answer),
+      // whoever received the request: a WRITE this thread landed for an
+      // application spinning on memory gets its ACK with the answer too.
+      // One that waited in vain makes its QP's next ones leave at once for
+      // a while (Nic::held_ack_leaves).  Otherwise (it waits for events, or
+      // never polls: a passive server) nobody answers and they leave now.
+      if (!lazy_.empty()) {
+        const int64_t hold = lazy_acks_held() ? kHeldAckNs : lazy_acks_may_wait() ? kLazyAckNs : 0;
+        const Clock::time_point due = lazy_since_ + std::chrono::nanoseconds(hold);
+        const bool polls = in.polled || in.now_ns - in.last_poll_ns < kAppTickNs;
+        if (!polls || in.waiting || hold == 0)
+          flush_acks();
+        else if (now_ >= due)
+          flush_acks(HeldAck::alone);
+        else
+          sleep_until = std::min<int64_t>(sleep_until, due.time_since_epoch().count());
+      }
       if (!timers_.empty()) sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
       // Counters reach `uroce stat` at most kStatsInterval late.
       if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())

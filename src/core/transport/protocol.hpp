@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "net/packet_io.hpp"
 #include "wire/packet.hpp"
@@ -20,8 +21,15 @@ class Nic;
 // Emits request packets of `qp` into the NIC's batch, at most `budget`
 // (decremented).  Returns true if it stopped on the budget with more to send.
 bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept;
+// What requester_produce would send next: nothing, a packet of an RDMA
+// WRITE without immediate data (nothing the peer's CQ sees), or another.
+enum class NextRequest : uint8_t { none, silent, visible };
+NextRequest requester_next(const QpEngine& qp) noexcept;
 // Emits queued responses (READ data, atomic ACKs, then the coalesced ACK/NAK).
 bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept;
+// The responder owes only a coalescable ACK (no READ data, atomic ACK, NAK
+// or SACK).
+bool responder_owes_plain_ack(const QpEngine& qp) noexcept;
 // Sends only the coalesced ACK (lazy list).
 void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept;
 

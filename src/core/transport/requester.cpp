@@ -388,6 +388,16 @@ bool resend_one(Nic& nic, QpEngine& qp) noexcept {
 
 }  // namespace
 
+NextRequest requester_next(const QpEngine& qp) noexcept {
+  const RequesterState& r = qp.req;
+  const verbs::QpState st = qp.state();
+  if ((st != verbs::QpState::rts && st != verbs::QpState::sqd) || (r.rnr == RnrGate::waiting && r.hole_pkts == 0))
+    return NextRequest::none;
+  if (r.hole_pkts > 0 || r.resend_left > 0 || r.sack_hello_due) return NextRequest::visible;
+  if (r.send_idx == qp.sq.tail()) return NextRequest::none;
+  return qp.sq.at(r.send_idx).opcode == verbs::WrOpcode::rdma_write ? NextRequest::silent : NextRequest::visible;
+}
+
 bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   RequesterState& r = qp.req;
   const verbs::QpType type = qp.type();

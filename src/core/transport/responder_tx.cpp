@@ -87,6 +87,11 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
 
 }  // namespace
 
+bool responder_owes_plain_ack(const QpEngine& qp) noexcept {
+  const ResponderState& s = qp.resp;
+  return qp.reliable() && s.ack == AckOwed::ack && s.res_pending == 0 && !s.sack_due;
+}
+
 bool responder_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
   ResponderState& s = qp.resp;
   if (!qp.reliable()) return false;

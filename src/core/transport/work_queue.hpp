@@ -99,6 +99,7 @@ class WorkQueue {
   uint32_t head() const noexcept { return head_; }
   uint32_t tail() const noexcept { return tail_; }
   Wqe& at(uint32_t n) noexcept { return wqes_[n & (room_ - 1)]; }
+  const Wqe& at(uint32_t n) const noexcept { return wqes_[n & (room_ - 1)]; }
   verbs::Sge* sges(uint32_t n) noexcept { return &sges_[size_t(n & (room_ - 1)) * max_sge_]; }
   uint8_t* inline_data(uint32_t n) noexcept { return inline_.data() + size_t(n & (room_ - 1)) * inline_bytes_; }
   // Adds an entry at tail(); nullptr when the queue is full or its storage
