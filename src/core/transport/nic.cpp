@@ -406,11 +406,14 @@ void Nic::pump() noexcept {
     // goes before that ACK: the peer polls for the ACK, and a poll that
     // found it alone, the WRITE a moment behind, would leave the WRITE to
     // its progress thread while it spins; this way the poll that completes
-    // its request has landed the WRITE first.  An ACK waiting for the
-    // answer (lazy) stays behind while there is nothing to send with it.
-    // Each side has its own budget: neither starves the other.
+    // its request has landed the WRITE first.  Only a lazy ACK, and only
+    // behind one packet: the ACK of a stream is never held up, and a SEND
+    // posted behind the WRITE still follows the ACK.  An ACK waiting for
+    // the answer (lazy) stays behind while there is nothing to send with
+    // it.  Each side has its own budget: neither starves the other.
     const bool plain_ack = responder_owes_plain_ack(*qp);
     const NextRequest next = requester_next(*qp);
+    const bool answer_first = plain_ack && qp->resp.ack_may_wait && next == NextRequest::silent;
     if (plain_ack && qp->resp.ack_may_wait) {
       if (next != NextRequest::none)
         held_ack_leaves(*qp, HeldAck::answered);
@@ -421,10 +424,23 @@ void Nic::pump() noexcept {
     bool more = false;
     if (plain_ack && qp->in_lazy_ && qp->resp.ack_after_answer && next == NextRequest::none) {
       // (on lazy_: the answer, an idle poll or the progress thread sends it)
-    } else if (plain_ack && next == NextRequest::silent) {
-      more = requester_produce(*this, *qp, budget);
-      budget = kPerQpBudget;
+    } else if (answer_first) {
+      // A WRITE that fails here puts the QP in error, whose flush forgets
+      // the ACK owed; what was executed before still gets it.
+      const ResponderState& s = qp->resp;
+      const AckOwed owed = s.ack;
+      const uint32_t psn = s.ack_psn;
+      const uint8_t syndrome = s.ack_syndrome;
+      size_t one = 1;
+      more = requester_produce(*this, *qp, one);
+      if (s.ack == AckOwed::none) {
+        transition(qp->qpn(), qp->resp.ack, owed);
+        qp->resp.ack_psn = psn;
+        qp->resp.ack_syndrome = syndrome;
+      }
       more = responder_produce(*this, *qp, budget) || more;
+      budget = kPerQpBudget;
+      more = requester_produce(*this, *qp, budget) || more;
     } else {
       more = responder_produce(*this, *qp, budget);
       budget = kPerQpBudget;
@@ -473,7 +489,9 @@ void Nic::held_ack_leaves(QpEngine& qp, HeldAck how) noexcept {
 void Nic::flush_acks(HeldAck how) noexcept {
   for (QpEngine* qp : lazy_) {
     qp->in_lazy_ = false;
-    held_ack_leaves(*qp, how);
+    // (Only the first came when the deadline counted from: the others are
+    // not late.)
+    held_ack_leaves(*qp, how == HeldAck::alone && qp != lazy_.front() ? HeldAck::early : how);
     if (tx_.full()) tx_.flush(*io_, counters_);
     responder_flush_ack(*this, *qp);
   }

@@ -166,6 +166,7 @@ void QpEngine::send_owed_ack() noexcept {
   if (attr.qp_state != QpState::rtr && attr.qp_state != QpState::rts && attr.qp_state != QpState::sqd) return;
   if (resp.ack != AckOwed::none) {
     if (nic_->tx().full()) nic_->flush_tx();
+    nic_->held_ack_leaves(*this, Nic::HeldAck::early);
     responder_flush_ack(*nic_, *this);
     nic_->flush_tx();
   }
