@@ -38,19 +38,34 @@ bool spin_until(Side& s, uint64_t want) {
   return true;
 }
 
-// Posts a signaled 8-byte WRITE of `seq` from `from` (its buffer at offset 64)
-// to the start of `to`'s buffer, and busy-polls its send CQ for the completion.
-bool write_seq(Side& from, Side& to, uint64_t seq) {
-  std::memcpy(from.buf.data() + 64, &seq, sizeof seq);
+// No congestion control: its pacing would add to the timing these tests
+// look at.
+PairOptions without_cc() {
+  PairOptions o;
+  o.congestion = transport::CongestionConfig{};
+  o.congestion->mode = transport::CcMode::none;
+  return o;
+}
+
+// Posts a signaled 8-byte WRITE (wr_id `id`) of `from`'s buffer at offset
+// 64, read through `lkey`, to the start of `to`'s buffer.
+bool post_write(Side& from, Side& to, uint64_t id, uint32_t lkey) {
   SendWr wr;
-  wr.wr_id = seq;
+  wr.wr_id = id;
   wr.opcode = WrOpcode::rdma_write;
   wr.send_flags = send_flags::kSignaled;
   Sge sge = from.sge(64, 8);
+  sge.lkey = lkey;
   wr.sg_list = {&sge, 1};
   wr.remote_addr = to.addr(0);
   wr.rkey = to.mr->rkey();
-  if (!post_send(*from.qp, wr).ok()) return false;
+  return post_send(*from.qp, wr).ok();
+}
+
+// Writes `seq` that way and busy-polls the send CQ for the completion.
+bool write_seq(Side& from, Side& to, uint64_t seq) {
+  std::memcpy(from.buf.data() + 64, &seq, sizeof seq);
+  if (!post_write(from, to, seq, from.mr->lkey())) return false;
   auto wc = poll_n(*from.scq, 1, 10000);
   return wc.size() == 1 && wc[0].status == WcStatus::success && wc[0].wr_id == seq;
 }
@@ -85,10 +100,7 @@ void write_ping_pong(Pair& p, std::chrono::microseconds think) {
 // requester completes first and then spins on memory for the answer, which
 // only the progress thread can land.
 TEST(ProgressSpinner, PollThatTakesCompletionsHandsTheSocketToTheThread) {
-  PairOptions o;
-  o.congestion = transport::CongestionConfig{};
-  o.congestion->mode = transport::CcMode::none;
-  Pair p(o);
+  Pair p(without_cc());
   write_ping_pong(p, std::chrono::microseconds(300));
   for (Side* s : {&p.a, &p.b}) {
     const Counters c = s->counters();
@@ -115,10 +127,7 @@ TEST(ProgressSpinner, PollThatTakesCompletionsHandsTheSocketToTheThread) {
 // ACK's deadline, and then the ACK leaves alone, before it: only the
 // ACKs that left in the same batch as their answer tell the order.
 TEST(ProgressSpinner, TheAnswersWriteLeavesAheadOfTheAckItCarries) {
-  PairOptions o;
-  o.congestion = transport::CongestionConfig{};
-  o.congestion->mode = transport::CcMode::none;
-  Fake f(o);
+  Fake f(without_cc());
   Pair& p = *f.p;
   f.net->set_recording(true);
   write_ping_pong(p, std::chrono::microseconds(0));
@@ -182,10 +191,7 @@ TEST(ProgressSpinner, TheAnswersWriteLeavesAheadOfTheAckItCarries) {
 // then twice as many after each miss in a row: a few misses in all, not
 // one a round.
 TEST(ProgressSpinner, WritesThatCrossStopHoldingTheirAcks) {
-  PairOptions o;
-  o.congestion = transport::CongestionConfig{};
-  o.congestion->mode = transport::CcMode::none;
-  Pair p(o);
+  Pair p(without_cc());
   std::barrier meet(2);
   bool a_ok = true, b_ok = true;
   std::thread b([&] {
@@ -222,34 +228,19 @@ TEST(ProgressSpinner, WritesThatCrossStopHoldingTheirAcks) {
 // owed, yet the peer's WRITE executed before it is acknowledged (else the
 // peer resends it to a QP in error until its retries run out).
 TEST(ProgressSpinner, AHeldAckLeavesWhenItsAnswerFailsLocally) {
-  PairOptions o;
-  o.congestion = transport::CongestionConfig{};
-  o.congestion->mode = transport::CcMode::none;
-  Fake f(o);
+  Fake f(without_cc());
   Pair& p = *f.p;
   ASSERT_TRUE(f.net->hold(f.b_ep, true));  // A's WRITE waits at B, unacknowledged
-  auto write = [](Side& from, Side& to, uint64_t id, uint32_t lkey) {
-    SendWr wr;
-    wr.wr_id = id;
-    wr.opcode = WrOpcode::rdma_write;
-    wr.send_flags = send_flags::kSignaled;
-    Sge sge = from.sge(64, 8);
-    sge.lkey = lkey;
-    wr.sg_list = {&sge, 1};
-    wr.remote_addr = to.addr(0);
-    wr.rkey = to.mr->rkey();
-    return post_send(*from.qp, wr).ok();
-  };
-  ASSERT_TRUE(write(p.a, p.b, 1, p.a.mr->lkey()));
+  ASSERT_TRUE(post_write(p.a, p.b, 1, p.a.mr->lkey()));
   (void)drain(*p.a.scq, 1);  // A polls (its progress thread leaves it the ACK)
-  ASSERT_TRUE(write(p.b, p.a, 7, p.b.mr->lkey()));
+  ASSERT_TRUE(post_write(p.b, p.a, 7, p.b.mr->lkey()));
   // A's poll takes B's WRITE: its ACK waits for A's answer.
   ASSERT_TRUE(wait_until([&] {
     (void)drain(*p.a.scq, 0);
     return p.a.counters().rx_packets >= 1;
   }));
   if (p.a.counters().resp_acks_sent != 0) GTEST_SKIP() << "the ACK left before the answer (a loaded host)";
-  ASSERT_TRUE(write(p.a, p.b, 2, p.a.mr->lkey() ^ 0x5a5a00));  // the answer, from no MR
+  ASSERT_TRUE(post_write(p.a, p.b, 2, p.a.mr->lkey() ^ 0x5a5a00));  // the answer, from no MR
   ASSERT_TRUE(f.net->hold(f.b_ep, false));
   const std::vector<Wc> b_wc = poll_n(*p.b.scq, 1, 5000);
   ASSERT_EQ(b_wc.size(), 1u);
