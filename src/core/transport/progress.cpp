@@ -70,7 +70,7 @@ size_t Nic::drive() noexcept {
   }
   const Clock::time_point end = Clock::now();
   if (!lazy_.empty()) {
-    // ACKs left to wait for the application's answer (responder.cpp) go
+    // ACKs left to wait for the application's answer (responder_ack.cpp) go
     // with that answer, or with an idle poll.  Not with one while the ACK
     // of our request the peer answered is still to come, up to kHeldAckNs:
     // the peer sends its answer's WRITE before that ACK (Nic::pump), and a
@@ -263,7 +263,7 @@ void Nic::progress_thread_main() noexcept {
       }
       look = policy.after(got, now_.time_since_epoch().count());
       sleep_until = look.sleep_until;
-      // ACKs left to wait for the application's answer (responder.cpp):
+      // ACKs left to wait for the application's answer (responder_ack.cpp):
       // while it polls, or spins on memory between polls (it polled within
       // the last tick), it may be about to answer, so they wait up to
       // kLazyAckNs for that (kHeldAckNs if all are held for an answer),

@@ -2,7 +2,8 @@
 //   requester.cpp  - turns send WQEs into request packets (IBA 9.7.1-9.7.4)
 //   completer.cpp  - handles ACK/NAK/READ and atomic responses (IBA 9.7.5)
 //   retransmit.cpp - timers: retransmission, RNR waits (IBA 9.7.5.2.8, 9.7.6)
-//   responder.cpp  - executes RC/UC requests, queues responses (IBA 9.7.5.1, 9.7.6)
+//   responder.cpp  - executes RC/UC requests (IBA 9.7.5.1, 9.7.6); responder_ack.cpp
+//                    queues the ACK/NAK, responder_tx.cpp sends responses
 //   ud.cpp         - UD receive (IBA 9.8)
 #pragma once
 

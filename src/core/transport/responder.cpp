@@ -29,99 +29,6 @@ constexpr uint32_t kMinResources = 16;
 // The longest message (IBA: 2^31 bytes); a READ asking for more is invalid.
 constexpr uint32_t kMaxMessage = 1u << 31;
 
-// The coalesced response slot holds one ACK or NAK.  A pending NAK is never
-// replaced by an ACK (the NAK acknowledges everything before its PSN as
-// well), and a pending RNR or error NAK is not replaced by anything: the
-// sequence NAKs that packets behind it draw would hide it from the requester
-// (an error would turn into a retry, an RNR wait into a tight resend loop).
-
-// What the packet ended that the application may answer right away, so
-// that the ACK can leave with the answer (see below): nothing, a message
-// it sees in its CQ (a receive it completed), or one it does not (a WRITE
-// without immediate data).
-enum class Answerable : uint8_t { no, seen, unseen };
-
-void queue_ack(Nic& nic, QpEngine& qp, uint32_t psn, Answerable what) noexcept {
-  ResponderState& s = qp.resp;
-  if (s.ack == AckOwed::seq_nak || s.ack == AckOwed::nak) return;
-  transition(qp.qpn(), s.ack, AckOwed::ack);
-  s.ack_psn = psn;
-  s.ack_syndrome = wire::make_syndrome(wire::AckType::ack, wire::kCreditsInvalid);
-  // An ACK for one message the application may answer (a receive it
-  // completed, a WRITE it may spin on) waits for that answer (a ping-pong's
-  // reply: both in one sendmmsg, see Nic::pump for their order), or for an
-  // idle poll (progress.cpp).  Any other ACK, or one for more packets (a
-  // stream: the sender's window would stall), leaves with this receive
-  // batch.
-  const bool lazy = ++s.acks_owed < 2 && what != Answerable::no;
-  s.ack_after_answer = s.ack_may_wait = false;
-  // What came may be the peer's answer to a request of ours only if that
-  // left long enough ago to have reached the peer: half the least round
-  // trip measured (none yet: it may).  A peer's WRITE that crossed ours on
-  // the way (both sides write, then wait for their completion) is no
-  // answer, and its ACK must not wait for ours, which the peer holds the
-  // same way.  (The least round trip includes a wake-up or two of the
-  // responder's thread, which an application that answers itself saves:
-  // the whole of it was too much.)  No lazy ACK waits while the last ones
-  // held that way left alone (ResponderState::hold_skip).
-  //
-  // A WRITE without immediate data is answered by an application that
-  // spins on memory for it, so the progress thread landed it; one that
-  // polls its CQ (it received the WRITE) saw nothing, and its next poll
-  // would send the ACK a while later (after a sched_yield, say): that ACK
-  // leaves now, unless held for our own (above).
-  const RequesterState& r = qp.req;
-  const bool skip = lazy && s.hold_skip > 0;
-  if (skip) --s.hold_skip;
-  s.ack_after_answer = lazy && !skip && r.una_psn != r.next_psn && r.timing &&
-                       nic.now() - r.timed_at >= std::chrono::nanoseconds(r.min_rtt_ns / 2);
-  s.ack_may_wait = s.ack_after_answer || (lazy && !skip && (what == Answerable::seen || !nic.app_receives()));
-  if (s.ack_may_wait)
-    nic.schedule_ack(qp);
-  else
-    nic.schedule(qp);
-}
-
-void queue_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::AckType type, uint8_t value) noexcept {
-  ResponderState& s = qp.resp;
-  if (s.ack == AckOwed::nak) return;
-  const bool seq = type == wire::AckType::nak && NakCode(value) == NakCode::psn_sequence_error;
-  transition(qp.qpn(), s.ack, seq ? AckOwed::seq_nak : AckOwed::nak);
-  s.ack_psn = psn;
-  s.ack_syndrome = wire::make_syndrome(type, value);
-  // The requester resends from `psn` after any NAK: packets behind it that
-  // arrive meanwhile are dropped without a sequence NAK of their own.
-  transition(qp.qpn(), s.seq, SeqNak::sent);
-  s.nak_hi = psn;
-  Counters& c = nic.counters();
-  if (type == wire::AckType::rnr_nak)
-    ++c.resp_rnr_naks_sent;
-  else
-    switch (NakCode(value)) {
-      case NakCode::psn_sequence_error: ++c.resp_seq_naks_sent; break;
-      case NakCode::remote_access_error: ++c.resp_access_naks_sent; break;
-      case NakCode::invalid_request: ++c.resp_inv_req_naks_sent; break;
-      default: ++c.resp_op_err_naks_sent; break;
-    }
-  nic.schedule(qp);  // NAKs are never delayed
-}
-
-}  // namespace
-
-void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code) noexcept {
-  queue_nak(nic, qp, psn, wire::AckType::nak, uint8_t(code));
-}
-
-void responder_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
-  queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
-}
-
-void responder_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept {
-  queue_ack(nic, qp, psn, lazy ? Answerable::seen : Answerable::no);
-}
-
-namespace {
-
 // Takes the next receive WQE (SRQ or RQ) into the responder state.
 bool take_recv(QpEngine& qp) noexcept {
   ResponderState& s = qp.resp;
@@ -266,7 +173,7 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   if (flags & op::kFirst) {
     if (!acquire_recv(qp)) {
       if (qp.reliable()) {
-        queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
+        responder_rnr_nak(nic, qp, psn);
       } else {
         ++nic.counters().uc_dropped_messages;
         drop_uc_message(qp);
@@ -315,7 +222,7 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   }
   s.epsn = psn_add(psn, 1);
   if (qp.reliable() && pkt.hdr.bth.ack_req)
-    queue_ack(nic, qp, psn, (flags & op::kLast) ? Answerable::seen : Answerable::no);
+    responder_ack(nic, qp, psn, (flags & op::kLast) ? Answerable::seen : Answerable::no);
 }
 
 void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
@@ -334,7 +241,7 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
       // The requester resends from this packet: a WRITE_ONLY comes back as
       // a FIRST, so the message must not count as begun.
       if (flags & op::kFirst) transition(qp.qpn(), s.msg, RespMsg::idle);
-      queue_nak(nic, qp, psn, wire::AckType::rnr_nak, qp.attr.min_rnr_timer);
+      responder_rnr_nak(nic, qp, psn);
     } else {
       ++nic.counters().uc_dropped_messages;
       drop_uc_message(qp);
@@ -385,7 +292,7 @@ void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   // The ACK of a whole WRITE may wait for the answer too: an application
   // that spins on the memory it lands in answers as soon as it sees it.
   if (rc && pkt.hdr.bth.ack_req)
-    queue_ack(nic, qp, psn, !last ? Answerable::no : (flags & op::kImm) ? Answerable::seen : Answerable::unseen);
+    responder_ack(nic, qp, psn, !last ? Answerable::no : (flags & op::kImm) ? Answerable::seen : Answerable::unseen);
 }
 
 // More READs/atomics outstanding than max_dest_rd_atomic allows (the
@@ -491,7 +398,7 @@ void on_duplicate(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   ++nic.counters().resp_duplicates;
   if (flags & (op::kSend | op::kWrite)) {
     // Its ACK was lost: acknowledge everything received so far.
-    if (pkt.hdr.bth.ack_req) queue_ack(nic, qp, psn_add(s.epsn, kPsnMask), Answerable::no);
+    if (pkt.hdr.bth.ack_req) responder_ack(nic, qp, psn_add(s.epsn, kPsnMask), Answerable::no);
     return;
   }
   for (RdAtomicResource& r : s.res) {

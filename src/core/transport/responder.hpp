@@ -1,4 +1,5 @@
-// What responder.cpp (requests) and responder_tx.cpp (responses) share.
+// What responder.cpp (requests), responder_ack.cpp (the ACK/NAK owed) and
+// responder_tx.cpp (responses) share.
 // NIC lock held.
 #pragma once
 
@@ -14,9 +15,13 @@ void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noe
 // A request that cannot be carried out (RC: IBA class C, the QP enters ERR
 // after the NAK; see responder.cpp).
 void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noexcept;
-// An ACK for `psn` owed (lazy: it may wait for the application's answer),
-// and an RNR NAK for `psn` (responder.cpp's, for responder_xrc.cpp).
-void responder_ack(Nic& nic, QpEngine& qp, uint32_t psn, bool lazy) noexcept;
+// What the packet ended that the application may answer right away, so
+// that the ACK can leave with the answer: nothing, a message it sees in its
+// CQ (a receive it completed), or one it does not (a WRITE without
+// immediate data).
+enum class Answerable : uint8_t { no, seen, unseen };
+// An ACK for `psn` owed, and an RNR NAK for `psn` (responder_ack.cpp).
+void responder_ack(Nic& nic, QpEngine& qp, uint32_t psn, Answerable what) noexcept;
 void responder_rnr_nak(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
 // A packet that begins a request: a FIRST/ONLY, a READ or an atomic.
 bool responder_starts_message(uint32_t flags) noexcept;

@@ -73,7 +73,7 @@ void responder_after_kept(Nic& nic, QpEngine& qp) noexcept {
   if (s.ack != AckOwed::seq_nak || !psn_before(s.ack_psn, s.epsn)) return;
   transition(qp.qpn(), s.ack, AckOwed::none);
   --nic.counters().resp_seq_naks_sent;  // counted when queued; never sent
-  responder_ack(nic, qp, last, false);
+  responder_ack(nic, qp, last, Answerable::no);
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ void responder_send_remote(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noex
   s.epsn = psn_add(psn, 1);
   // Not lazy: the receive completes in the other process, no answer of ours
   // will carry this ACK.
-  if (pkt.hdr.bth.ack_req) responder_ack(nic, qp, psn, false);
+  if (pkt.hdr.bth.ack_req) responder_ack(nic, qp, psn, Answerable::no);
 }
 
 }  // namespace uroce::transport
