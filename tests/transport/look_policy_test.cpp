@@ -231,5 +231,41 @@ TEST(LookPolicy, TickDoublesBackAfterBusyLooksWithNothingToDo) {
   EXPECT_EQ(p.tick_ns(), kAppTickNs);  // never above
 }
 
+// A passive server (never polls): each look that served packets keeps the
+// thread looking for kPassiveSpinNs more; one that found none leaves the
+// end where it was, and past it the thread sleeps in the socket.
+TEST(LookPolicy, PassiveServerSpinsForAWhileAfterEachPacketThenSleeps) {
+  LookPolicy p;
+  constexpr int64_t kSpin = LookPolicy::kPassiveSpinNs;
+  Look l = look(p, seen(kT0, false, 5 * kMs), 1);
+  EXPECT_TRUE(l.plan.serve);
+  EXPECT_EQ(l.out.spin_until, kT0 + kSpin);
+  EXPECT_TRUE(l.out.arm);
+  EXPECT_EQ(l.out.sleep_until, INT64_MAX);  // when the spin ends
+  l = look(p, seen(kT0 + kSpin / 2, false, 5 * kMs), 0);
+  EXPECT_EQ(l.out.spin_until, kT0 + kSpin);  // not moved by an empty look
+  l = look(p, seen(kT0 + kSpin / 2 + 1, false, 5 * kMs), 2);
+  EXPECT_EQ(l.out.spin_until, kT0 + kSpin + kSpin / 2 + 1);
+  // Idle, not served anything: never a spin.
+  LookPolicy q;
+  EXPECT_EQ(look(q, seen(kT0, false, 5 * kMs), 0).out.spin_until, 0);
+}
+
+// An application that polled in the last tick (a spinner between its
+// polls, a busy poller) or waits for events drives progress itself: the
+// thread never spins beside it, and one found polling ends a spin at once.
+TEST(LookPolicy, NoSpinBesideAnApplicationThatPollsOrWaits) {
+  LookPolicy p;
+  EXPECT_EQ(look(p, seen(kT0, false, 200 * kUs), 3).out.spin_until, 0);  // polled 200 us ago
+  LookPolicy q;
+  LookInput in = seen(kT0, false, 5 * kMs, /*rx_event=*/true);
+  in.waiting = true;
+  EXPECT_EQ(look(q, in, 1).out.spin_until, 0);
+  LookPolicy r;
+  ASSERT_GT(look(r, seen(kT0, false, 5 * kMs), 1).out.spin_until, 0);
+  EXPECT_EQ(look(r, seen(kT0 + 5 * kUs, true, 1 * kUs), 1).out.spin_until, 0);
+  EXPECT_EQ(look(r, seen(kT0 + 10 * kUs, false, 9 * kUs), 0).out.spin_until, 0);
+}
+
 }  // namespace
 }  // namespace uroce::transport

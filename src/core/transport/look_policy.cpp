@@ -66,6 +66,12 @@ LookOutcome LookPolicy::after(size_t got, int64_t now_ns) noexcept {
   // when it leaves (Nic::wait_on): no ticking meanwhile, 0% CPU.
   out.sleep_until = in.polled ? now_ns + tick_ns_ : INT64_MAX;
   if (unserved) out.sleep_until = std::min(out.sleep_until, now_ns + kMinTickNs);
+  const bool passive = !app_active && in.now_ns - in.last_poll_ns >= kAppTickNs;
+  if (!passive)
+    spin_until_ = 0;
+  else if (p.serve && got > 0)
+    spin_until_ = now_ns + kPassiveSpinNs;
+  out.spin_until = spin_until_;
   out.arm = !app_active || rewatch;
   out.spinner = spinner();
   return out;

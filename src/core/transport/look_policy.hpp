@@ -55,6 +55,9 @@ struct LookOutcome {
   // When to look again at the latest, as far as the application goes
   // (timers, stats and the I/O's cap come on top); INT64_MAX: never.
   int64_t sleep_until = 0;
+  // Until then, look again at once rather than sleep (a passive server
+  // between requests); 0: no spin.
+  int64_t spin_until = 0;
 };
 
 class LookPolicy {
@@ -92,6 +95,15 @@ class LookPolicy {
   // poll that handed over the socket, before its next poll, were served
   // (its thread then used 20-35% of a CPU beside it).
   static constexpr int64_t kPollingNs = 5'000;
+  // A passive application (none of its threads polled in the last
+  // kAppTickNs or waits) whose packets the thread served: it looks again
+  // at once, without sleeping, until kPassiveSpinNs pass without a packet.
+  // Its peer's next request (a READ or WRITE latency test's) then finds it
+  // awake: a wake-up across CPUs costs about 20 us here, more than the
+  // round trip of a shared-memory READ.  So it costs up to one CPU while
+  // requests keep coming and none when they stop; an application that
+  // polls or waits drives progress itself and stops the spin at once.
+  static constexpr int64_t kPassiveSpinNs = 20'000;
 
   // The decision on the packets waiting at a look.
   LookPlan plan(const LookInput& in) noexcept;
@@ -111,6 +123,7 @@ class LookPolicy {
   // A look found the application polling and none since could tell whether
   // it went on (each came within kPollerIdleNs of its last poll).
   bool polled_before_ = false;
+  int64_t spin_until_ = 0;
 };
 
 }  // namespace uroce::transport

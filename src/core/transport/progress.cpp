@@ -1,5 +1,6 @@
 // Who runs the protocol, and when (see nic.hpp for the model).
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -229,6 +230,7 @@ void Nic::progress_thread_main() noexcept {
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   LookPolicy policy;
   bool rx_event = false;  // the socket woke us: we held it, its packets are ours
+  bool spinning = false;  // this look comes at once after the last (LookOutcome::spin_until)
   while (!stop_.load(std::memory_order_acquire)) {
     LookOutcome look;
     int64_t sleep_until;
@@ -258,6 +260,7 @@ void Nic::progress_thread_main() noexcept {
         }
         counters_.thread_rx_packets += got;
         if (rx_event) ++counters_.thread_socket_wakes;
+        if (spinning) counters_.thread_spin_rx += got;
         refresh_now();
         run_timers();
       }
@@ -296,6 +299,15 @@ void Nic::progress_thread_main() noexcept {
       sock_armed_.store(false, std::memory_order_relaxed);
     spinner_.store(look.spinner, std::memory_order_relaxed);
     if (look.arm) arm_socket();
+    // A passive server between requests looks again at once, for a while
+    // (LookPolicy::kPassiveSpinNs): its peer's next request finds it awake.
+    // Others runnable on this CPU get their turn meanwhile.
+    spinning = look.spin_until > Clock::now().time_since_epoch().count();
+    if (spinning) {
+      rx_event = false;
+      ::sched_yield();
+      continue;
+    }
     const bool armed = sock_armed_.load(std::memory_order_relaxed);
     if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
       const int64_t limit = Clock::now().time_since_epoch().count() + int64_t(cap) * 1'000'000;
