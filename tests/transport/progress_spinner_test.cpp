@@ -253,5 +253,47 @@ TEST(ProgressSpinner, AHeldAckLeavesWhenItsAnswerFailsLocally) {
   EXPECT_TRUE(bad_seen);
 }
 
+// The same when the QP fails on its own side at any other time: behind a
+// WRITE (whose ACK the one it holds waits for), its SEND drew an RNR NAK
+// with no retries left.  The ACK of the peer's WRITE leaves before the QP
+// enters ERR, so that WRITE, which was executed, completes as such rather
+// than with retry_exc_err.
+TEST(ProgressSpinner, AHeldAckLeavesWhenItsQpFailsOnItsOwnSide) {
+  PairOptions o = without_cc();
+  o.rnr_retry = 0;
+  Fake f(o);
+  Pair& p = *f.p;
+  ASSERT_TRUE(f.net->hold(f.b_ep, true));  // A's requests wait at B, which has no receive posted
+  ASSERT_TRUE(post_write(p.a, p.b, 1, p.a.mr->lkey()));
+  SendWr wr;
+  wr.wr_id = 2;
+  wr.opcode = WrOpcode::send;
+  wr.send_flags = send_flags::kSignaled;
+  Sge sge = p.a.sge(0, 8);
+  wr.sg_list = {&sge, 1};
+  ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+  (void)drain(*p.a.scq, 1);
+  ASSERT_TRUE(post_write(p.b, p.a, 7, p.b.mr->lkey()));
+  // A's poll takes B's WRITE: its ACK waits for the ACK of A's WRITE.
+  ASSERT_TRUE(wait_until([&] {
+    (void)drain(*p.a.scq, 0);
+    return p.a.counters().rx_packets >= 1;
+  }));
+  if (p.a.counters().resp_acks_sent != 0) GTEST_SKIP() << "the ACK left before the NAK (a loaded host)";
+  ASSERT_TRUE(f.net->hold(f.b_ep, false));  // B ACKs the WRITE, and NAKs the SEND: RNR
+  const std::vector<Wc> a_wc = poll_n(*p.a.scq, 2, 5000);
+  ASSERT_EQ(a_wc.size(), 2u);
+  EXPECT_EQ(a_wc[0].wr_id, 1u);
+  EXPECT_EQ(a_wc[0].status, WcStatus::success);
+  EXPECT_EQ(a_wc[1].wr_id, 2u);
+  EXPECT_EQ(a_wc[1].status, WcStatus::rnr_retry_exc_err);
+  if (p.a.counters().resp_held_acks_alone != 0) GTEST_SKIP() << "the ACK left at its deadline (a loaded host)";
+  const std::vector<Wc> b_wc = poll_n(*p.b.scq, 1, 5000);
+  ASSERT_EQ(b_wc.size(), 1u);
+  EXPECT_EQ(b_wc[0].wr_id, 7u);
+  EXPECT_EQ(b_wc[0].status, WcStatus::success);
+  EXPECT_GE(p.a.counters().resp_acks_sent, 1u);
+}
+
 }  // namespace
 }  // namespace uroce::test

@@ -66,19 +66,10 @@ void Nic::pump() noexcept {
     if (plain_ack && qp->in_lazy_ && qp->resp.ack_after_answer && next == NextRequest::none) {
       // (on lazy_: the answer, an idle poll or the progress thread sends it)
     } else if (answer_first) {
-      // A WRITE that fails here puts the QP in error, whose flush forgets
-      // the ACK owed; what was executed before still gets it.
-      const ResponderState& s = qp->resp;
-      const AckOwed owed = s.ack;
-      const uint32_t psn = s.ack_psn;
-      const uint8_t syndrome = s.ack_syndrome;
+      // (A WRITE that fails here sends the ACK owed before the QP enters
+      // ERR: fail_wqe.)
       size_t one = 1;
       more = requester_produce(*this, *qp, one);
-      if (s.ack == AckOwed::none) {
-        transition(qp->qpn(), qp->resp.ack, owed);
-        qp->resp.ack_psn = psn;
-        qp->resp.ack_syndrome = syndrome;
-      }
       more = responder_produce(*this, *qp, budget) || more;
       budget = kPerQpBudget;
       more = requester_produce(*this, *qp, budget) || more;

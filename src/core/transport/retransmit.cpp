@@ -105,6 +105,9 @@ void fail_wqe(Nic& nic, QpEngine& qp, uint32_t idx, verbs::WcStatus status) noex
   w.done = true;
   w.status = status;
   retire(nic, qp);
+  // The peer's requests executed here still get their ACK (one held for
+  // the application's answer would otherwise go with the flush).
+  qp.send_owed_ack();
   qp.set_error_state();
 }
 
@@ -185,8 +188,10 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
       uint32_t idx;
       if (find_wqe(qp, r.una_psn, idx))
         fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
-      else
+      else {
+        qp.send_owed_ack();
         qp.set_error_state();
+      }
       transition(qp.qpn(), r.retry, RetryTimer::off);
       return;
     } else {
