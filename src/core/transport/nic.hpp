@@ -234,7 +234,8 @@ class Nic {
   void send_gsi(const Endpoint& dst, std::span<const uint8_t> mad) noexcept;
 
   // CPU time the progress thread has used, as of its last sleep (it only
-  // uses CPU while awake, and records getrusage before every sleep).
+  // uses CPU while awake, and records getrusage before every sleep, and
+  // every millisecond while it spins for a passive server).
   struct ThreadCpu {
     uint64_t user_us = 0;
     uint64_t system_us = 0;
@@ -252,6 +253,7 @@ class Nic {
   void run_timers() noexcept;
   void receive_cnp(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
   void progress_thread_main() noexcept;
+  void record_thread_cpu() noexcept;  // progress_cpu()'s figures, from getrusage
   void kick() noexcept;
   // Publishes the counters if they changed and the last snapshot is at least
   // kStatsInterval old; returns when the next one may be due (max: none).

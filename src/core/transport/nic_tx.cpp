@@ -7,7 +7,6 @@
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/qp_engine.hpp"
-#include "transport/responder.hpp"
 
 namespace uroce::transport {
 namespace {

@@ -224,16 +224,26 @@ void Nic::start_progress_thread() {
       start_quiet_thread("uroce-progress", [this] { progress_thread_main(); });  // none of the application's signals
 }
 
+void Nic::record_thread_cpu() noexcept {
+  rusage ru;
+  if (::getrusage(RUSAGE_THREAD, &ru) == 0) {
+    thread_user_us_.store(uint64_t(ru.ru_utime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec, std::memory_order_relaxed);
+    thread_sys_us_.store(uint64_t(ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_stime.tv_usec, std::memory_order_relaxed);
+  }
+}
+
 void Nic::progress_thread_main() noexcept {
   set_timer_slack(kTimerSlackNs);  // this thread only
   (void)request_short_slice(kSliceNs);
   uint64_t seen = app_activity_.load(std::memory_order_relaxed);
   LookPolicy policy;
-  bool rx_event = false;  // the socket woke us: we held it, its packets are ours
-  bool spinning = false;  // this look comes at once after the last (LookOutcome::spin_until)
+  bool rx_event = false;       // the socket woke us: we held it, its packets are ours
+  bool spinning = false;       // this look comes at once after the last (LookOutcome::spin_until)
+  Clock::time_point cpu_at{};  // when record_thread_cpu() last ran
   while (!stop_.load(std::memory_order_acquire)) {
     LookOutcome look;
     int64_t sleep_until;
+    Clock::time_point looked;  // the clock at this look (now_, read under the lock)
     {
       std::lock_guard g(mu_);
       refresh_now();
@@ -290,22 +300,28 @@ void Nic::progress_thread_main() noexcept {
       // Counters reach `uroce stat` at most kStatsInterval late.
       if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
         sleep_until = std::min<int64_t>(sleep_until, pub.time_since_epoch().count());
+      // A passive server between requests looks again at once, for a while
+      // (LookPolicy::kPassiveSpinNs): its peer's next request finds it
+      // awake.  Meanwhile nothing needs to kick it.
+      looked = now_;
+      spinning = look.spin_until > looked.time_since_epoch().count();
       // Published under the lock: arm_timer() (also under it) kicks us if it
       // needs us earlier than this.
-      thread_sleep_until_.store(sleep_until, std::memory_order_release);
+      thread_sleep_until_.store(spinning ? 0 : sleep_until, std::memory_order_release);
     }
     // A new wait fd (a multicast join); a plain load first: no write per loop.
     if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel))
       sock_armed_.store(false, std::memory_order_relaxed);
     spinner_.store(look.spinner, std::memory_order_relaxed);
     if (look.arm) arm_socket();
-    // A passive server between requests looks again at once, for a while
-    // (LookPolicy::kPassiveSpinNs): its peer's next request finds it awake.
-    // Others runnable on this CPU get their turn meanwhile.
-    spinning = look.spin_until > Clock::now().time_since_epoch().count();
     if (spinning) {
+      // (What it costs shows in progress_cpu() within a millisecond.)
+      if (looked - cpu_at >= std::chrono::milliseconds(1)) {
+        record_thread_cpu();
+        cpu_at = looked;
+      }
       rx_event = false;
-      ::sched_yield();
+      ::sched_yield();  // others runnable on this CPU get their turn
       continue;
     }
     const bool armed = sock_armed_.load(std::memory_order_relaxed);
@@ -320,11 +336,8 @@ void Nic::progress_thread_main() noexcept {
       timeout = {time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
       timeout_p = &timeout;
     }
-    rusage ru;
-    if (::getrusage(RUSAGE_THREAD, &ru) == 0) {
-      thread_user_us_.store(uint64_t(ru.ru_utime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec, std::memory_order_relaxed);
-      thread_sys_us_.store(uint64_t(ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_stime.tv_usec, std::memory_order_relaxed);
-    }
+    record_thread_cpu();
+    cpu_at = looked;
     epoll_event evs[3];
     const bool in_socket = armed;  // sleeping in the socket: say so to the I/O
     bool pending = in_socket && io_->prepare_wait();

@@ -1,6 +1,7 @@
 // Responder, the sending side: READ response packets and atomic ACKs from
 // the responder's resources, oldest first, then the coalesced ACK/NAK
-// (IBA 9.7.5.1.x).  responder.cpp executes the requests that queue them.
+// (IBA 9.7.5.1.x).  responder.cpp executes the requests, responder_ack.cpp
+// fills the ACK/NAK slot.
 #include <algorithm>
 
 #include "transport/congestion.hpp"
