@@ -267,5 +267,46 @@ TEST(LookPolicy, NoSpinBesideAnApplicationThatPollsOrWaits) {
   EXPECT_EQ(look(r, seen(kT0 + 10 * kUs, false, 9 * kUs), 0).out.spin_until, 0);
 }
 
+// A spin whose next look came long after the last (the yield lost the CPU
+// to other threads for a scheduler slice: a loaded host) pauses spinning
+// for kSpinPauseNs; the thread sleeps, so that a packet wakes it and
+// preempts.  A shorter loss (another thread's turn) does not.
+TEST(LookPolicy, SpinThatLostTheCpuPausesSpinning) {
+  LookPolicy p;
+  constexpr int64_t kSpin = LookPolicy::kPassiveSpinNs;
+  Look l = look(p, seen(kT0, false, 5 * kMs), 1);
+  ASSERT_EQ(l.out.spin_until, kT0 + kSpin);
+  l = look(p, seen(kT0 + 2 * kUs, false, 5 * kMs), 1);  // back at once: spins on
+  EXPECT_EQ(l.out.spin_until, kT0 + 2 * kUs + kSpin);
+  EXPECT_FALSE(l.out.spin_paused);
+  l = look(p, seen(kT0 + 2 * kUs + LookPolicy::kSpinLostNs, false, 5 * kMs), 1);  // a short loss
+  EXPECT_FALSE(l.out.spin_paused);
+  EXPECT_EQ(l.out.spin_until, kT0 + 2 * kUs + LookPolicy::kSpinLostNs + kSpin);
+  int64_t t = kT0 + 2 * kUs + LookPolicy::kSpinLostNs + 3 * kMs;  // 3 ms later
+  l = look(p, seen(t, false, 5 * kMs), 1);
+  EXPECT_TRUE(l.out.spin_paused);
+  EXPECT_EQ(l.out.spin_until, 0);
+  EXPECT_TRUE(l.out.arm);
+  EXPECT_EQ(l.out.sleep_until, INT64_MAX);  // asleep in the socket
+  // Packets while paused: no spin, and a look after a sleep is no loss.
+  t += 10 * kMs;
+  l = look(p, seen(t, false, 5 * kMs), 4);
+  EXPECT_EQ(l.out.spin_until, 0);
+  EXPECT_FALSE(l.out.spin_paused);
+  t += LookPolicy::kSpinPauseNs;
+  l = look(p, seen(t, false, 5 * kMs), 1);
+  EXPECT_EQ(l.out.spin_until, t + kSpin);
+  EXPECT_FALSE(l.out.spin_paused);
+  // A spin that ran out (its last look found nothing, past its end) and
+  // slept is no loss either.
+  l = look(p, seen(t + kSpin / 2, false, 5 * kMs), 0);
+  l = look(p, seen(t + kSpin + 1, false, 5 * kMs), 0);
+  EXPECT_FALSE(l.out.spin_paused);
+  EXPECT_LE(l.out.spin_until, t + kSpin + 1);
+  l = look(p, seen(t + 5 * kMs, false, 5 * kMs), 1);
+  EXPECT_FALSE(l.out.spin_paused);
+  EXPECT_EQ(l.out.spin_until, t + 5 * kMs + kSpin);
+}
+
 }  // namespace
 }  // namespace uroce::transport

@@ -7,6 +7,8 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <thread>
 
 #include "loopback.hpp"
@@ -61,15 +63,21 @@ TEST_P(ProgressPassive, ThreadStaysAwakeBetweenRequestsThenSleeps) {
   // Nobody on B polls: its thread took every request.  Most came while it
   // was still looking after the one before (each READ's turn-around is a
   // few microseconds; the spin lasts 20): none would without the spin, as
-  // it slept in the socket after each.  A host too busy to give either side
-  // a CPU in time leaves fewer; a quarter is far below what it does idle
-  // (394 of 400; 240 beside two CPU hogs).
+  // it slept in the socket after each (394 of 400 idle).  A host loaded
+  // enough that the spinning thread lost its CPU for a scheduler slice
+  // pauses the spins (thread_spin_pauses): asleep, a packet wakes it and
+  // preempts, spinning it would wait its turn.
   EXPECT_GE(c.thread_rx_packets, kReads);
-  EXPECT_GT(c.thread_spin_rx, 0u);
-  if constexpr (kAwakeShare > 0) {
-    EXPECT_GE(c.thread_spin_rx * kAwakeShare, uint64_t(kReads))
-        << c.thread_spin_rx << " of " << c.thread_rx_packets << " packets found awake; " << c.thread_socket_wakes
-        << " socket wakes";
+  const std::string seen = std::to_string(c.thread_spin_rx) + " of " + std::to_string(c.thread_rx_packets) +
+                           " packets found the thread awake; " + std::to_string(c.thread_socket_wakes) +
+                           " socket wakes; " + std::to_string(c.thread_spin_pauses) + " spin pauses";
+  if (c.thread_spin_pauses == 0) {
+    EXPECT_GT(c.thread_spin_rx, 0u) << seen;
+    if constexpr (kAwakeShare > 0) {
+      EXPECT_GE(c.thread_spin_rx * kAwakeShare, uint64_t(kReads)) << seen;
+    }
+  } else {
+    std::printf("(a loaded host) %s\n", seen.c_str());
   }
   EXPECT_LE(c.thread_spin_rx, c.thread_rx_packets);
 

@@ -35,7 +35,7 @@ namespace uroce::transport {
   X(req_sr_probes_failed) X(srtt_us) X(cc_window) X(cc_delay_cuts) X(req_sr_stale_naks) \
   X(req_sr_trains_split) X(req_sr_rd_atomic_resends) X(req_rtt_samples) X(req_rtt_from_resends) \
   X(req_read_kept) X(req_read_holes) X(resp_sack_peers) X(resp_sacks_sent) X(req_sack_hellos) X(req_sacks_rcvd) \
-  X(req_sacks_ignored) X(req_sack_resends) X(thread_rx_packets) X(thread_socket_wakes) X(thread_spinner_watches) X(thread_spin_rx) \
+  X(req_sacks_ignored) X(req_sack_resends) X(thread_rx_packets) X(thread_socket_wakes) X(thread_spinner_watches) X(thread_spin_rx) X(thread_spin_pauses) \
   X(app_wait_sleeps)
 // clang-format on
 

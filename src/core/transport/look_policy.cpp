@@ -67,10 +67,15 @@ LookOutcome LookPolicy::after(size_t got, int64_t now_ns) noexcept {
   out.sleep_until = in.polled ? now_ns + tick_ns_ : INT64_MAX;
   if (unserved) out.sleep_until = std::min(out.sleep_until, now_ns + kMinTickNs);
   const bool passive = !app_active && in.now_ns - in.last_poll_ns >= kAppTickNs;
-  if (!passive)
+  if (spin_until_ > last_after_ns_ && in.now_ns - last_after_ns_ > kSpinLostNs) {
+    spin_paused_until_ = now_ns + kSpinPauseNs;  // spun, and lost the CPU meanwhile
+    out.spin_paused = true;
+  }
+  if (!passive || now_ns < spin_paused_until_)
     spin_until_ = 0;
   else if (p.serve && got > 0)
     spin_until_ = now_ns + kPassiveSpinNs;
+  last_after_ns_ = now_ns;
   out.spin_until = spin_until_;
   out.arm = !app_active || rewatch;
   out.spinner = spinner();

@@ -58,6 +58,8 @@ struct LookOutcome {
   // Until then, look again at once rather than sleep (a passive server
   // between requests); 0: no spin.
   int64_t spin_until = 0;
+  // This look found the CPU contended, and spins pause (kSpinPauseNs).
+  bool spin_paused = false;
 };
 
 class LookPolicy {
@@ -104,6 +106,17 @@ class LookPolicy {
   // requests keep coming and none when they stop; an application that
   // polls or waits drives progress itself and stops the spin at once.
   static constexpr int64_t kPassiveSpinNs = 20'000;
+  // A look that should have come at once after the last (a spin) but came
+  // more than kSpinLostNs later: the CPU went to another thread at the
+  // yield for a whole scheduler slice (0.75-3 ms).  On a loaded host a
+  // spinning thread is runnable, not asleep, so a packet cannot wake it
+  // and preempt: it waits for the scheduler's turn (ib_write_bw 1 MiB
+  // beside four CPU-bound processes moved 15-30% less).  Spins pause for
+  // kSpinPauseNs then.  (Shorter losses are the other threads of a small
+  // host taking their turn, such as the peer's progress thread at its
+  // tick: 20 us lost the spin for good in an idle ib_read_lat.)
+  static constexpr int64_t kSpinLostNs = 500'000;
+  static constexpr int64_t kSpinPauseNs = 100'000'000;
 
   // The decision on the packets waiting at a look.
   LookPlan plan(const LookInput& in) noexcept;
@@ -124,6 +137,8 @@ class LookPolicy {
   // it went on (each came within kPollerIdleNs of its last poll).
   bool polled_before_ = false;
   int64_t spin_until_ = 0;
+  int64_t spin_paused_until_ = 0;
+  int64_t last_after_ns_ = 0;  // the clock at the end of the last look
 };
 
 }  // namespace uroce::transport

@@ -275,6 +275,7 @@ void Nic::progress_thread_main() noexcept {
         run_timers();
       }
       look = policy.after(got, now_.time_since_epoch().count());
+      if (look.spin_paused) ++counters_.thread_spin_pauses;
       sleep_until = look.sleep_until;
       // ACKs left to wait for the application's answer (responder_ack.cpp):
       // while it polls, or spins on memory between polls (it polled within
