@@ -26,13 +26,28 @@ uint64_t process_cpu_us() {
   return uint64_t(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1'000'000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
 }
 
-// Fewer READs find the thread awake when a sanitizer slows every step of
-// both sides: its spin lasts 20 us of the clock all the same.
+// Whether READs finding the thread awake is checked: a sanitizer slows
+// each side's turn-around past the spin, which lasts 20 us of the clock
+// all the same (under TSan none of 400 found it awake, with no pause).
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr uint64_t kAwakeShare = 0;  // any
+constexpr bool kTimed = false;
 #else
-constexpr uint64_t kAwakeShare = 4;  // at least a quarter
+constexpr bool kTimed = true;
 #endif
+
+// A posts a signaled READ (wr_id `id`) of `len` bytes at `off` in B's
+// buffer into its own buffer at `off`.
+bool post_read(Pair& p, uint64_t id, size_t off, uint32_t len) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = WrOpcode::rdma_read;
+  wr.send_flags = send_flags::kSignaled;
+  Sge sge = p.a.sge(off, len);
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = p.b.addr(off);
+  wr.rkey = p.b.mr->rkey();
+  return post_send(*p.a.qp, wr).ok();
+}
 
 class ProgressPassive : public ::testing::TestWithParam<PacketPath> {};
 
@@ -43,15 +58,7 @@ TEST_P(ProgressPassive, ThreadStaysAwakeBetweenRequestsThenSleeps) {
   constexpr uint32_t kLen = 64;
   for (uint32_t i = 0; i < kReads; ++i) {
     const size_t off = (i * 131u) % ((1 << 16) - kLen);
-    SendWr wr;
-    wr.wr_id = i;
-    wr.opcode = WrOpcode::rdma_read;
-    wr.send_flags = send_flags::kSignaled;
-    Sge sge = p.a.sge(off, kLen);
-    wr.sg_list = {&sge, 1};
-    wr.remote_addr = p.b.addr(off);
-    wr.rkey = p.b.mr->rkey();
-    ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+    ASSERT_TRUE(post_read(p, i, off, kLen));
     const auto wc = poll_n(*p.a.scq, 1);
     ASSERT_EQ(wc.size(), 1u);
     ASSERT_EQ(wc[0].status, WcStatus::success);
@@ -71,13 +78,10 @@ TEST_P(ProgressPassive, ThreadStaysAwakeBetweenRequestsThenSleeps) {
   const std::string seen = std::to_string(c.thread_spin_rx) + " of " + std::to_string(c.thread_rx_packets) +
                            " packets found the thread awake; " + std::to_string(c.thread_socket_wakes) +
                            " socket wakes; " + std::to_string(c.thread_spin_pauses) + " spin pauses";
-  if (c.thread_spin_pauses == 0) {
-    EXPECT_GT(c.thread_spin_rx, 0u) << seen;
-    if constexpr (kAwakeShare > 0) {
-      EXPECT_GE(c.thread_spin_rx * kAwakeShare, uint64_t(kReads)) << seen;
-    }
+  if (kTimed && c.thread_spin_pauses == 0) {
+    EXPECT_GE(c.thread_spin_rx * 10, uint64_t(kReads)) << seen;  // at least a tenth
   } else {
-    std::printf("(a loaded host) %s\n", seen.c_str());
+    std::printf("(%s) %s\n", kTimed ? "a loaded host" : "a sanitizer build", seen.c_str());
   }
   EXPECT_LE(c.thread_spin_rx, c.thread_rx_packets);
 
@@ -95,15 +99,7 @@ TEST_P(ProgressPassive, ThreadOfAPollingApplicationDoesNotSpin) {
   Pair p(over(GetParam()));
   fill_pattern(p.b.buf.data(), 4096, 3);
   for (uint32_t i = 0; i < 100; ++i) {
-    SendWr wr;
-    wr.wr_id = i;
-    wr.opcode = WrOpcode::rdma_read;
-    wr.send_flags = send_flags::kSignaled;
-    Sge sge = p.a.sge(0, 256);
-    wr.sg_list = {&sge, 1};
-    wr.remote_addr = p.b.addr(0);
-    wr.rkey = p.b.mr->rkey();
-    ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+    ASSERT_TRUE(post_read(p, i, 0, 256));
     // B polls (its CQ stays empty) while A waits for the READ.
     Wc wc[1];
     size_t got = 0;
