@@ -219,7 +219,8 @@ UROCE_C_API int ibv_destroy_cq(ibv_cq* cq) {
   if (!q) return errno;
   if (q->core->users().load() > 0) return fail("ibv_destroy_cq", EBUSY, "QPs still use this CQ");
   q->ctx->handles.remove(ObjKind::cq, cq->handle);
-  q->core->wait_events_acked();  // ibv_get_cq_event/ibv_ack_cq_events pairs
+  q->core->wait_events_acked();                // ibv_get_cq_event/ibv_ack_cq_events pairs
+  q->ctx->core->forget_async_events(q->core);  // no QP is left to raise more
   wait_async_acked(cq->mutex, cq->cond, cq->async_events_completed, q->async_delivered);
   if (cq->channel) cq->channel->refcnt--;
   delete q->core;

@@ -99,42 +99,47 @@ UROCE_C_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 UROCE_C_API int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   Context* c = checked("ibv_get_async_event", context);
   if (!c) return -1;
-  auto r = c->core->get_async_event();
+  ibv_async_event out{};
+  // Counted under the core queue's lock: a destroy that forgets this
+  // object's events either drops the event first or then waits for its ack.
+  auto r = c->core->get_async_event([&out](const verbs::AsyncEvent& ev) {
+    const auto type = static_cast<ibv_event_type>(ev.type);
+    out.event_type = type;
+    switch (kind_of(type)) {
+      case Kind::cq: {
+        Cq* q = static_cast<Cq*>(static_cast<verbs::Cq*>(ev.element)->user_context());
+        pthread_mutex_lock(&q->ex.mutex);
+        ++q->async_delivered;
+        pthread_mutex_unlock(&q->ex.mutex);
+        out.element.cq = ibv_cq_ex_to_cq(&q->ex);
+        break;
+      }
+      case Kind::qp: {
+        Qp* q = static_cast<Qp*>(static_cast<verbs::Qp*>(ev.element)->user_context());
+        pthread_mutex_lock(&q->ex.qp_base.mutex);
+        ++q->async_delivered;
+        pthread_mutex_unlock(&q->ex.qp_base.mutex);
+        out.element.qp = &q->ex.qp_base;
+        break;
+      }
+      case Kind::srq: {
+        Srq* s = static_cast<Srq*>(static_cast<verbs::Srq*>(ev.element)->user_context());
+        pthread_mutex_lock(&s->srq.mutex);
+        ++s->async_delivered;
+        pthread_mutex_unlock(&s->srq.mutex);
+        out.element.srq = &s->srq;
+        break;
+      }
+      case Kind::port: out.element.port_num = int(ev.port_num); break;
+      case Kind::device: out.element.port_num = 0; break;
+    }
+  });
   if (!r.ok()) {
     if (r.status().code() != EAGAIN) fail("ibv_get_async_event", r.status());
     errno = r.status().code();
     return -1;
   }
-  const auto type = static_cast<ibv_event_type>(r->type);
-  event->event_type = type;
-  switch (kind_of(type)) {
-    case Kind::cq: {
-      Cq* q = static_cast<Cq*>(static_cast<verbs::Cq*>(r->element)->user_context());
-      pthread_mutex_lock(&q->ex.mutex);
-      ++q->async_delivered;
-      pthread_mutex_unlock(&q->ex.mutex);
-      event->element.cq = ibv_cq_ex_to_cq(&q->ex);
-      break;
-    }
-    case Kind::qp: {
-      Qp* q = static_cast<Qp*>(static_cast<verbs::Qp*>(r->element)->user_context());
-      pthread_mutex_lock(&q->ex.qp_base.mutex);
-      ++q->async_delivered;
-      pthread_mutex_unlock(&q->ex.qp_base.mutex);
-      event->element.qp = &q->ex.qp_base;
-      break;
-    }
-    case Kind::srq: {
-      Srq* s = static_cast<Srq*>(static_cast<verbs::Srq*>(r->element)->user_context());
-      pthread_mutex_lock(&s->srq.mutex);
-      ++s->async_delivered;
-      pthread_mutex_unlock(&s->srq.mutex);
-      event->element.srq = &s->srq;
-      break;
-    }
-    case Kind::port: event->element.port_num = int(r->port_num); break;
-    case Kind::device: event->element.port_num = 0; break;
-  }
+  *event = out;
   return 0;
 }
 

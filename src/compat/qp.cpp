@@ -232,6 +232,7 @@ UROCE_C_API int ibv_destroy_qp(ibv_qp* qp) {
   Qp* q = checked("ibv_destroy_qp", qp);
   if (!q) return errno;
   to_ctx(qp->context)->handles.remove(ObjKind::qp, qp->handle);
+  q->core->close();  // no event about it is queued or raised from here on
   wait_async_acked(qp->mutex, qp->cond, qp->events_completed, q->async_delivered);
   delete q->core;
   delete_wr_builder(q->wr);

@@ -92,6 +92,7 @@ UROCE_C_API int ibv_destroy_srq(ibv_srq* srq) {
   if (!s) return errno;
   if (s->core->users().load() > 0) return fail("ibv_destroy_srq", EBUSY, "QPs still use this SRQ");
   to_ctx(srq->context)->handles.remove(ObjKind::srq, srq->handle);
+  s->core->close();  // no event about it is queued or raised from here on
   wait_async_acked(srq->mutex, srq->cond, srq->events_completed, s->async_delivered);
   delete s->core;
   pthread_cond_destroy(&srq->cond);

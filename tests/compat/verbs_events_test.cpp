@@ -1,4 +1,7 @@
 // compat.Verbs: completion channels, CQ events and async events.
+#include <condition_variable>
+#include <mutex>
+
 #include "verbs_fixture.hpp"
 
 namespace compat_test {
@@ -149,6 +152,94 @@ TEST_F(Verbs, SrqLimitAsyncEvent) {
   EXPECT_EQ(ibv_destroy_srq(srq), EBUSY);  // b uses it
   for (auto it = qps_.rbegin(); it != qps_.rend(); ++it) ASSERT_EQ(ibv_destroy_qp(*it), 0);
   qps_.clear();
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+// ibv_destroy_qp racing a thread that takes async events, as UCX's async
+// thread does while its endpoints are torn down: each QP's LAST_WQE_REACHED
+// event is either dropped with the QP or handed out before the destroy,
+// which then waits for its ack.  It never names a QP already destroyed.
+// Odd rounds wait for the event before destroying, even rounds race it.
+TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
+  constexpr int kRounds = 300;
+  ibv_srq_init_attr si{};
+  si.attr = {16, 1, 0};
+  ibv_srq* srq = ibv_create_srq(pd_, &si);
+  ASSERT_NE(srq, nullptr);
+  ibv_cq* c = cq();
+  const int fd = ctx_->async_fd;
+  ASSERT_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  ibv_qp* cur = nullptr;  // the round's QP, from creation until its destroy returned
+  int round = -1;
+  std::vector<int> got(kRounds, 0);
+  int stray = 0;
+  std::atomic<bool> stop{false};
+  std::thread taker([&] {
+    while (!stop.load()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 5) != 1) continue;
+      ibv_async_event ev{};
+      if (ibv_get_async_event(ctx_, &ev) != 0) continue;  // dropped since the poll
+      int r = -1;
+      {
+        std::lock_guard g(mu);
+        if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == cur) r = round;
+      }
+      // Time for a destroy that did not wait for this event's ack to return.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      {
+        std::lock_guard g(mu);
+        if (r >= 0 && r == round)
+          ++got[size_t(r)];
+        else
+          ++stray;
+      }
+      cv.notify_all();
+      ibv_ack_async_event(&ev);
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = c;
+    a.srq = srq;
+    a.qp_type = IBV_QPT_RC;
+    a.cap = {4, 0, 1, 0, 0};
+    ibv_qp* q = ibv_create_qp(pd_, &a);
+    ASSERT_NE(q, nullptr) << std::strerror(errno);
+    {
+      std::lock_guard g(mu);
+      cur = q;
+      round = i;
+    }
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE), 0);
+    if (i % 2 == 0) {
+      // Even rounds destroy at once or after up to 40 us, so that the
+      // taker, waking, meets the destroy at every point of it.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i / 2 % 41);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    } else {
+      std::unique_lock l(mu);
+      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return got[size_t(i)] > 0; })) << "round " << i;
+    }
+    ASSERT_EQ(ibv_destroy_qp(q), 0);
+    std::lock_guard g(mu);
+    cur = nullptr;
+    round = -1;
+  }
+  stop.store(true);
+  taker.join();
+  EXPECT_EQ(stray, 0);
+  int delivered = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    EXPECT_LE(got[size_t(i)], 1) << "round " << i;
+    delivered += got[size_t(i)];
+  }
+  EXPECT_GE(delivered, kRounds / 2);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 

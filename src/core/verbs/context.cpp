@@ -196,13 +196,14 @@ void Context::forget_async_events(const void* element) noexcept {
   }
 }
 
-Result<AsyncEvent> Context::get_async_event() {
+Result<AsyncEvent> Context::get_async_event(const std::function<void(const AsyncEvent&)>& delivered) {
   uint64_t v;
   if (::read(async_fd_, &v, sizeof v) != sizeof v) return err::from_errno(errno, "no async event");
   std::lock_guard g(async_mu_);
-  if (async_.empty()) return err::again("no async event");
+  if (async_.empty()) return err::again("no async event");  // forgotten since the read
   AsyncEvent ev = async_.front();
   async_.pop_front();
+  if (delivered) delivered(ev);
   return ev;
 }
 

@@ -78,9 +78,14 @@ class Context {
 
   // Async events: a pollable fd and a queue.
   int async_fd() const noexcept { return async_fd_; }
-  Result<AsyncEvent> get_async_event();  // blocks unless async_fd() is O_NONBLOCK
+  // Takes the oldest event; blocks unless async_fd() is O_NONBLOCK.
+  // `delivered` runs on it under the queue's lock, so that a consumer can
+  // count the event against its object before a concurrent destroy's
+  // forget_async_events() returns: the object is alive while it runs.
+  Result<AsyncEvent> get_async_event(const std::function<void(const AsyncEvent&)>& delivered = {});
   void post_async_event(const AsyncEvent& ev) noexcept;
-  // Drops queued events about an object being destroyed.
+  // Drops queued events about an object being destroyed.  Once it returns,
+  // no event about `element` is being handed out.
   void forget_async_events(const void* element) noexcept;
 
  private:

@@ -93,12 +93,18 @@ transport::EngineSnapshot Qp::debug_snapshot() const {
   return engine_->snapshot();
 }
 
-Qp::~Qp() {
+void Qp::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
   if (engine_) {
     std::lock_guard g(nic_->mu());
     engine_->close();
   }
   pd_->context().forget_async_events(this);
+}
+
+Qp::~Qp() {
+  close();
   pd_->users()--;
   if (init_.send_cq) init_.send_cq->users()--;
   if (init_.recv_cq) init_.recv_cq->users()--;

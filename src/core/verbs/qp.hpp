@@ -68,6 +68,11 @@ class Qp final : private transport::QpOwner {
   Pd& pd() const noexcept { return *pd_; }
   transport::Nic& nic() const noexcept { return *nic_; }
   void* user_context() const noexcept { return init_.user_context; }
+  // The first step of destroying: detaches the QP from the NIC, so that no
+  // packet reaches it and it raises no more async events, and drops its
+  // queued events.  Only destruction may follow.  The destructor closes a
+  // QP not closed yet.
+  void close() noexcept;
   // The transport's view of this QP (queue sizes, PSNs), taken under the
   // NIC lock: for tests and traces.
   transport::EngineSnapshot debug_snapshot() const;
@@ -85,6 +90,7 @@ class Qp final : private transport::QpOwner {
   QpInitAttr init_;
   uint32_t qpn_ = 0;
   std::unique_ptr<transport::QpEngine> engine_;
+  bool closed_ = false;
 };
 
 }  // namespace uroce::verbs

@@ -41,13 +41,19 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
   return srq;
 }
 
+void Srq::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  if (srqn_) nic().remove_xrc_srq(srqn_);
+  pd_->context().forget_async_events(this);
+}
+
 Srq::~Srq() {
+  close();
   if (srqn_) {
-    nic().remove_xrc_srq(srqn_);
     xrc_.xrcd->users()--;
     xrc_.cq->users()--;
   }
-  pd_->context().forget_async_events(this);
   pd_->users()--;
 }
 

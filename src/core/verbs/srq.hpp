@@ -59,6 +59,10 @@ class Srq final : public transport::RecvSource {
   transport::Nic& nic() const noexcept;
   std::atomic<int>& users() noexcept { return users_; }
   void* user_context() const noexcept { return user_context_; }
+  // The first step of destroying: an XRC SRQ stops taking packets' WQEs, so
+  // it raises no more events, and queued events about it are dropped.  Only
+  // destruction may follow; the destructor closes an SRQ not closed yet.
+  void close() noexcept;
 
   // --- transport side, NIC lock held ---
   // Takes the oldest WQE; copies its SGEs into `sges`.  Raises the limit
@@ -78,6 +82,7 @@ class Srq final : public transport::RecvSource {
   void* user_context_;
   transport::WorkQueue<transport::RecvWqe> q_;
   uint32_t limit_ = 0;  // 0 = not armed
+  bool closed_ = false;
   std::atomic<int> users_{0};
   ResourceHold hold_;  // one of the device's max_srq
   XrcSrqInit xrc_;     // an XRC SRQ's, else null
