@@ -64,16 +64,14 @@ void Nic::pump() noexcept {
     bool more = false;
     if (plain_ack && qp->in_lazy_ && qp->resp.ack_after_answer && next == NextRequest::none) {
       // (on lazy_: the answer, an idle poll or the progress thread sends it)
-    } else if (answer_first) {
-      // (A WRITE that fails here sends the ACK owed before the QP enters
-      // ERR: fail_wqe.)
-      size_t one = 1;
-      more = requester_produce(*this, *qp, one);
-      more = responder_produce(*this, *qp, budget) || more;
-      budget = kPerQpBudget;
-      more = requester_produce(*this, *qp, budget) || more;
     } else {
-      more = responder_produce(*this, *qp, budget);
+      if (answer_first) {  // the answer's first packet carries the ACK owed
+        // (A WRITE that fails here sends the ACK before the QP enters
+        // ERR: fail_wqe.)
+        size_t one = 1;
+        more = requester_produce(*this, *qp, one);
+      }
+      more = responder_produce(*this, *qp, budget) || more;
       budget = kPerQpBudget;
       more = requester_produce(*this, *qp, budget) || more;
     }

@@ -50,6 +50,11 @@ void QpEngine::set_error_state() noexcept {
   flush_locked();
 }
 
+void QpEngine::fail_keeping_acks() noexcept {
+  send_owed_ack();
+  set_error_state();
+}
+
 void QpEngine::flush_locked() noexcept {
   while (!sq.empty()) {
     SendWqe& w = sq.at(sq.head());
@@ -144,10 +149,7 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
       attr.qp_state = next;
       retire(nic, *this);  // notifies at once if already drained
       return;
-    case QpState::err:
-      send_owed_ack();
-      set_error_state();
-      return;
+    case QpState::err: fail_keeping_acks(); return;
     default: break;
   }
   attr.qp_state = next;

@@ -113,8 +113,13 @@ class QpEngine {
   // receive completion, and even if one ACK is lost on the way.
   static constexpr int kFinalAckRepeats = 2;
   void send_owed_ack() noexcept;
-  // Moves to ERR from inside the transport (errors) and flushes.
+  // Moves to ERR from inside the transport (errors) and flushes.  Drops
+  // any ACK owed: the responder's own failure NAKs after it.
   void set_error_state() noexcept;
+  // Moves to ERR for a failure that is not the responder's (the
+  // requester's WQE failed, or the application asked): the peer's requests
+  // executed here still get the ACK owed (send_owed_ack), then the flush.
+  void fail_keeping_acks() noexcept;
   // Completes every outstanding WQE with WR_FLUSH_ERR (QP in ERR).
   void flush_locked() noexcept;
   void complete_send(SendWqe& wqe, verbs::WcStatus status) noexcept;

@@ -107,8 +107,7 @@ void fail_wqe(Nic& nic, QpEngine& qp, uint32_t idx, verbs::WcStatus status) noex
   retire(nic, qp);
   // The peer's requests executed here still get their ACK (one held for
   // the application's answer would otherwise go with the flush).
-  qp.send_owed_ack();
-  qp.set_error_state();
+  qp.fail_keeping_acks();
 }
 
 void requester_arm_retransmit(Nic& nic, QpEngine& qp) noexcept {
@@ -188,10 +187,8 @@ void requester_on_timer(Nic& nic, QpEngine& qp) noexcept {
       uint32_t idx;
       if (find_wqe(qp, r.una_psn, idx))
         fail_wqe(nic, qp, idx, verbs::WcStatus::retry_exc_err);
-      else {
-        qp.send_owed_ack();
-        qp.set_error_state();
-      }
+      else
+        qp.fail_keeping_acks();
       transition(qp.qpn(), r.retry, RetryTimer::off);
       return;
     } else {
