@@ -243,4 +243,96 @@ TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
+// The same race for completion events: a thread takes CQ events from a
+// non-blocking channel while each round's QP flushes a receive into its
+// armed CQ and both are destroyed at once (even rounds, after up to 40 us)
+// or after the event was taken (odd rounds).  An event is dropped with its
+// CQ or handed out before ibv_destroy_cq, which then waits for its ack.
+TEST_F(Verbs, CompletionEventsNeverOutliveTheirCq) {
+  constexpr int kRounds = 300;
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  ibv_cq* cur = nullptr;  // the round's CQ, from creation until its destroy returned
+  int round = -1;
+  std::vector<int> got(kRounds, 0);
+  int stray = 0;
+  std::atomic<bool> stop{false};
+  std::thread taker([&] {
+    while (!stop.load()) {
+      pollfd p{ch->fd, POLLIN, 0};
+      if (::poll(&p, 1, 5) != 1) continue;
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      if (ibv_get_cq_event(ch, &ev_cq, &ev_ctx) != 0) continue;  // dropped since the poll
+      int r = -1;
+      {
+        std::lock_guard g(mu);
+        if (ev_cq == cur) r = round;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      {
+        std::lock_guard g(mu);
+        if (r >= 0 && r == round)
+          ++got[size_t(r)];
+        else
+          ++stray;
+      }
+      cv.notify_all();
+      ibv_ack_cq_events(ev_cq, 1);
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    ibv_cq* c = ibv_create_cq(ctx_, 4, nullptr, ch, 0);
+    ASSERT_NE(c, nullptr) << std::strerror(errno);
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = c;
+    a.qp_type = IBV_QPT_RC;
+    a.cap = {1, 1, 1, 1, 0};
+    ibv_qp* q = ibv_create_qp(pd_, &a);
+    ASSERT_NE(q, nullptr) << std::strerror(errno);
+    connect(q, q->qp_num);
+    ibv_sge s = sge(0, 8);
+    ibv_recv_wr rw{};
+    rw.sg_list = &s;
+    rw.num_sge = 1;
+    ibv_recv_wr* bad;
+    ASSERT_EQ(ibv_post_recv(q, &rw, &bad), 0);
+    {
+      std::lock_guard g(mu);
+      cur = c;
+      round = i;
+    }
+    ASSERT_EQ(ibv_req_notify_cq(c, 0), 0);
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE), 0);  // flushes the receive: an event
+    if (i % 2 == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i / 2 % 41);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    } else {
+      std::unique_lock l(mu);
+      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return got[size_t(i)] > 0; })) << "round " << i;
+    }
+    ASSERT_EQ(ibv_destroy_qp(q), 0);
+    ASSERT_EQ(ibv_destroy_cq(c), 0);
+    std::lock_guard g(mu);
+    cur = nullptr;
+    round = -1;
+  }
+  stop.store(true);
+  taker.join();
+  EXPECT_EQ(stray, 0);
+  int delivered = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    EXPECT_LE(got[size_t(i)], 1) << "round " << i;
+    delivered += got[size_t(i)];
+  }
+  EXPECT_GE(delivered, kRounds / 2);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
 }  // namespace compat_test

@@ -86,6 +86,9 @@ bool CompChannel::try_take(Cq*& out) noexcept {
   uint64_t v;
   ssize_t r = ::read(efd_, &v, sizeof v);  // semaphore: takes one count
   (void)r;
+  // Counted before the lock goes: a destroy that forgets the CQ's events
+  // then waits for this one's ack rather than freeing the CQ under us.
+  out->event_delivered();
   return true;
 }
 
@@ -109,10 +112,7 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
   } restore{app};
   for (;;) {
     Cq* cq;
-    if (try_take(cq)) {
-      cq->event_delivered();
-      return cq;
-    }
+    if (try_take(cq)) return cq;
     if (::fcntl(efd_, F_GETFL) & O_NONBLOCK) return err::again("no completion event queued");
     int wait = -1;
     if (timeout_ms >= 0) {
@@ -121,10 +121,7 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
       wait = int(std::max<int64_t>(0, left.count()));
       if (timeout_ms == 0) {
         ctx_->nic().wait_on(efd_, 0, &app);
-        if (try_take(cq)) {
-          cq->event_delivered();
-          return cq;
-        }
+        if (try_take(cq)) return cq;
         return err::from_errno(ETIMEDOUT, "no completion event");
       }
     }

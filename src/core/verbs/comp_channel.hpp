@@ -35,7 +35,8 @@ class CompChannel {
 
   // Transport side: queue one event for `cq` and make fd() readable.
   void post(Cq& cq) noexcept;
-  // Drops queued events of a CQ being destroyed.
+  // Drops queued events of a CQ being destroyed.  An event being taken
+  // meanwhile is counted (Cq::event_delivered) before this returns.
   void forget(Cq& cq) noexcept;
 
  private:

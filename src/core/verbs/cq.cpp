@@ -42,13 +42,17 @@ Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* 
   return cq;
 }
 
-Cq::~Cq() {
-  ctx_->users()--;
+void Cq::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
   ctx_->forget_async_events(this);
-  if (channel_) {
-    channel_->forget(*this);
-    channel_->users()--;
-  }
+  if (channel_) channel_->forget(*this);
+}
+
+Cq::~Cq() {
+  close();
+  ctx_->users()--;
+  if (channel_) channel_->users()--;
 }
 
 transport::Nic& Cq::nic() const noexcept { return ctx_->nic(); }

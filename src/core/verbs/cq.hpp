@@ -68,6 +68,10 @@ class Cq final : public transport::CompletionSink {
   void ack_events(unsigned n);
   // Blocks until every delivered event is acknowledged (before destruction).
   void wait_events_acked();
+  // The first step of destroying, once no QP uses the CQ: drops its queued
+  // completion and async events, so that none is handed out from here on.
+  // The destructor closes a CQ not closed yet.
+  void close() noexcept;
   // Resizes the ring (ibv_resize_cq); fails if more entries are queued.
   Status resize(uint32_t cqe);
 
@@ -98,6 +102,7 @@ class Cq final : public transport::CompletionSink {
   Context* ctx_;
   CompChannel* channel_;
   void* user_context_;
+  bool closed_ = false;
   uint32_t depth_;
   std::vector<Wc> ring_;
   CqStamps stamps_;
