@@ -218,12 +218,10 @@ UROCE_C_API int ibv_destroy_cq(ibv_cq* cq) {
   Cq* q = checked("ibv_destroy_cq", cq);
   if (!q) return errno;
   if (q->core->users().load() > 0) return fail("ibv_destroy_cq", EBUSY, "QPs still use this CQ");
+  q->ctx->handles.remove(ObjKind::cq, cq->handle);
   q->core->close();              // no event about it is queued from here on
   q->core->wait_events_acked();  // ibv_get_cq_event/ibv_ack_cq_events pairs
   wait_async_acked(cq->mutex, cq->cond, cq->async_events_completed, q->async_delivered);
-  // Only now: ibv_ack_cq_events, which looks the CQ up, acks what the
-  // waits above wait for.
-  q->ctx->handles.remove(ObjKind::cq, cq->handle);
   if (cq->channel) cq->channel->refcnt--;
   delete q->core;
   pthread_cond_destroy(&cq->cond);

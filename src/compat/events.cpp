@@ -87,13 +87,16 @@ UROCE_C_API int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** 
   return 0;
 }
 
+// Not looked up by handle, as in rdma-core: the ack ibv_destroy_cq waits
+// for comes while the CQ's handle is already gone.  The core's count goes
+// last, since it may let that destroy free the CQ.
 UROCE_C_API void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
-  Cq* q = checked("ibv_ack_cq_events", cq);
-  if (!q) return;
-  q->core->ack_events(nevents);
+  if (!cq) return;
+  Cq* q = to_cq(cq);
   pthread_mutex_lock(&cq->mutex);
   cq->comp_events_completed += nevents;
   pthread_mutex_unlock(&cq->mutex);
+  q->core->ack_events(nevents);
 }
 
 UROCE_C_API int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {

@@ -6,6 +6,17 @@
 
 namespace compat_test {
 
+// Stops and joins a test's helper thread on every way out of the test,
+// an ASSERT's early return included.
+struct StopAndJoin {
+  std::atomic<bool>& stop;
+  std::thread& thread;
+  ~StopAndJoin() {
+    stop.store(true);
+    if (thread.joinable()) thread.join();
+  }
+};
+
 // ------------------------------------------------------------------ events
 
 TEST_F(Verbs, CompletionChannelEvents) {
@@ -200,6 +211,7 @@ TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
       ibv_ack_async_event(&ev);
     }
   });
+  StopAndJoin joiner{stop, taker};
   for (int i = 0; i < kRounds; ++i) {
     ibv_qp_init_attr a{};
     a.send_cq = a.recv_cq = c;
@@ -232,7 +244,7 @@ TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
     round = -1;
   }
   stop.store(true);
-  taker.join();
+  taker.join();  // before reading the counts
   EXPECT_EQ(stray, 0);
   int delivered = 0;
   for (int i = 0; i < kRounds; ++i) {
@@ -284,6 +296,7 @@ TEST_F(Verbs, CompletionEventsNeverOutliveTheirCq) {
       ibv_ack_cq_events(ev_cq, 1);
     }
   });
+  StopAndJoin joiner{stop, taker};
   for (int i = 0; i < kRounds; ++i) {
     ibv_cq* c = ibv_create_cq(ctx_, 4, nullptr, ch, 0);
     ASSERT_NE(c, nullptr) << std::strerror(errno);
@@ -324,7 +337,7 @@ TEST_F(Verbs, CompletionEventsNeverOutliveTheirCq) {
     round = -1;
   }
   stop.store(true);
-  taker.join();
+  taker.join();  // before reading the counts
   EXPECT_EQ(stray, 0);
   int delivered = 0;
   for (int i = 0; i < kRounds; ++i) {

@@ -57,7 +57,12 @@ TEST(AsyncEvents, ForgetWaitsForAnEventBeingHandedOut) {
     });
     EXPECT_TRUE(ev.ok());
   });
-  while (!in_delivery.load()) std::this_thread::yield();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!in_delivery.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  if (!in_delivery.load()) {
+    consumer.join();
+    FAIL() << "the event was never handed out";
+  }
   c.forget_async_events(&qp);
   EXPECT_TRUE(delivery_done.load()) << "forget returned while the event was being handed out";
   consumer.join();
