@@ -16,4 +16,13 @@ bool signal_has_handler(int sig, bool* restarts) noexcept {
   return (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
 }
 
+bool restart_after_signal() noexcept {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS) continue;
+    bool restarts = false;
+    if (signal_has_handler(sig, &restarts) && !restarts) return false;
+  }
+  return true;
+}
+
 }  // namespace uroce

@@ -27,6 +27,16 @@ sigset_t quiet_signal_mask() noexcept;
 // decides if a wait it interrupts ends with EINTR.
 bool signal_has_handler(int sig, bool* restarts = nullptr) noexcept;
 
+// After a poll() standing in for a blocking read() was interrupted: whether
+// the read would have been restarted.  A read() fails with EINTR when a
+// handler installed without SA_RESTART runs, and is restarted otherwise;
+// programs rely on both (qperf ends its tests with SIGALRM and expects
+// EINTR; a SIGCHLD handler with SA_RESTART must not break a wait).  The
+// delivered signal cannot be told apart, so: false if some handler lacks
+// SA_RESTART.  Handlers of the synchronous fault signals (sanitizers
+// install some) do not count: a fault cannot interrupt a sleep.
+bool restart_after_signal() noexcept;
+
 // Starts `f` on a std::thread named `name` (at most 15 characters, shown by
 // ps and gdb) with quiet_signal_mask(); the caller's mask is unchanged
 // afterwards (also if the thread cannot be created: the std::system_error

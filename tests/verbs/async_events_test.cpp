@@ -2,6 +2,7 @@
 // order, one per fd count; forgetting an object's events drops those queued
 // and waits out one being handed out, so that a destroy which forgets first
 // never frees an object that a consumer is still counting an event against.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -66,6 +67,39 @@ TEST(AsyncEvents, ForgetWaitsForAnEventBeingHandedOut) {
   c.forget_async_events(&qp);
   EXPECT_TRUE(delivery_done.load()) << "forget returned while the event was being handed out";
   consumer.join();
+  EXPECT_FALSE(readable(c.async_fd()));
+}
+
+// A blocking take waits for an event and never fails with EAGAIN, even
+// while another thread posts and forgets events under it (the fd is read
+// only under the queue's lock); the fd's flags stay the application's.
+TEST(AsyncEvents, ABlockingTakeWaitsThroughForgottenEvents) {
+  auto ctx = open_fake_context();
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  Context& c = **ctx;
+  const int flags = ::fcntl(c.async_fd(), F_GETFL);
+  ASSERT_FALSE(flags & O_NONBLOCK);
+  int a = 0, b = 0;
+  std::atomic<int> failures{0}, taken_a{0};
+  std::thread reader([&] {
+    while (failures.load() < 100) {
+      auto ev = c.get_async_event();
+      if (!ev.ok()) {
+        ++failures;
+        continue;
+      }
+      if (ev->element == &b) return;
+      ++taken_a;
+    }
+  });
+  for (int i = 0; i < 20000; ++i) {
+    c.post_async_event({AsyncEventType::qp_fatal, &a});
+    c.forget_async_events(&a);
+  }
+  c.post_async_event({AsyncEventType::comm_est, &b});
+  reader.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(::fcntl(c.async_fd(), F_GETFL), flags);
   EXPECT_FALSE(readable(c.async_fd()));
 }
 

@@ -1,6 +1,7 @@
 #include "verbs/comp_channel.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -14,28 +15,6 @@
 #include "verbs/cq.hpp"
 
 namespace uroce::verbs {
-
-namespace {
-
-// A blocking read() of the channel's fd (what rdma-core's ibv_get_cq_event
-// does) fails with EINTR when a signal handler installed without SA_RESTART
-// runs, and is restarted otherwise; programs rely on both (qperf ends its
-// tests with SIGALRM and expects EINTR; a SIGCHLD handler with SA_RESTART
-// must not break a wait).  The poll() we sleep in is never restarted, so
-// after an interruption: give up if some handler lacks SA_RESTART (the
-// delivered signal cannot be told apart), else wait again.  Handlers of
-// the synchronous fault signals (sanitizers install some) do not count: a
-// fault cannot interrupt a sleep.
-bool restart_after_signal() noexcept {
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS) continue;
-    bool restarts = false;
-    if (signal_has_handler(sig, &restarts) && !restarts) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<CompChannel>> CompChannel::create(Context& ctx) {
   // A counting eventfd: one count per queued event.  Blocking by default,
@@ -62,18 +41,19 @@ void CompChannel::post(Cq& cq) noexcept {
 void CompChannel::forget(Cq& cq) noexcept {
   std::lock_guard g(mu_);
   for (auto it = events_.begin(); it != events_.end();) {
-    if (*it == &cq) {
-      it = events_.erase(it);
-      uint64_t v;
-      // The count is at least the queue length, so this never blocks; make
-      // sure of it anyway.
-      const int fl = ::fcntl(efd_, F_GETFL);
-      ::fcntl(efd_, F_SETFL, fl | O_NONBLOCK);
+    if (*it != &cq) {
+      ++it;
+      continue;
+    }
+    it = events_.erase(it);
+    // The fd is read only under mu_ (here and in try_take), so its count
+    // is the queue's length: this read finds a count and never blocks.
+    // The poll guards against an application that read the fd itself.
+    pollfd p{efd_, POLLIN, 0};
+    uint64_t v;
+    if (::poll(&p, 1, 0) == 1) {
       ssize_t r = ::read(efd_, &v, sizeof v);
       (void)r;
-      ::fcntl(efd_, F_SETFL, fl);
-    } else {
-      ++it;
     }
   }
 }

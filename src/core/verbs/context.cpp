@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "common/quiet_thread.hpp"
 #include "transport/nic.hpp"
 #include "verbs/cq.hpp"
 #include "verbs/mr.hpp"
@@ -186,25 +188,41 @@ void Context::forget_async_events(const void* element) noexcept {
       continue;
     }
     it = async_.erase(it);
-    // The count is at least the queue length: this read never blocks.
-    const int fl = ::fcntl(async_fd_, F_GETFL);
-    ::fcntl(async_fd_, F_SETFL, fl | O_NONBLOCK);
-    uint64_t v;
+    take_count();
+  }
+}
+
+void Context::take_count() noexcept {
+  // The fd is read only under async_mu_, so its count is the queue's
+  // length: this finds a count and never blocks.  The poll guards against
+  // an application that read the fd itself.
+  pollfd p{async_fd_, POLLIN, 0};
+  uint64_t v;
+  if (::poll(&p, 1, 0) == 1) {
     ssize_t r = ::read(async_fd_, &v, sizeof v);
     (void)r;
-    ::fcntl(async_fd_, F_SETFL, fl);
   }
 }
 
 Result<AsyncEvent> Context::get_async_event(const std::function<void(const AsyncEvent&)>& delivered) {
-  uint64_t v;
-  if (::read(async_fd_, &v, sizeof v) != sizeof v) return err::from_errno(errno, "no async event");
-  std::lock_guard g(async_mu_);
-  if (async_.empty()) return err::again("no async event");  // forgotten since the read
-  AsyncEvent ev = async_.front();
-  async_.pop_front();
-  if (delivered) delivered(ev);
-  return ev;
+  for (;;) {
+    {
+      std::lock_guard g(async_mu_);
+      if (!async_.empty()) {
+        AsyncEvent ev = async_.front();
+        async_.pop_front();
+        take_count();
+        if (delivered) delivered(ev);
+        return ev;
+      }
+    }
+    // Nothing queued: what a read() of the fd would do, without reading it
+    // outside the lock (a count read there could be a forgotten event's).
+    if (::fcntl(async_fd_, F_GETFL) & O_NONBLOCK) return err::again("no async event");
+    pollfd p{async_fd_, POLLIN, 0};
+    if (::poll(&p, 1, -1) < 0 && !(errno == EINTR && restart_after_signal()))
+      return err::from_errno(errno, "waiting for an async event");
+  }
 }
 
 }  // namespace uroce::verbs

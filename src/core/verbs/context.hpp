@@ -78,7 +78,8 @@ class Context {
 
   // Async events: a pollable fd and a queue.
   int async_fd() const noexcept { return async_fd_; }
-  // Takes the oldest event; blocks unless async_fd() is O_NONBLOCK.
+  // Takes the oldest event; blocks unless async_fd() is O_NONBLOCK (EAGAIN
+  // then, when none is queued).
   // `delivered` runs on it under the queue's lock, so that a consumer can
   // count the event against its object before a concurrent destroy's
   // forget_async_events() returns: the object is alive while it runs.
@@ -90,6 +91,9 @@ class Context {
 
  private:
   Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int async_fd);
+  // Takes one count from the async fd, under async_mu_ (the only place it
+  // is read, so that the count always equals the queue's length).
+  void take_count() noexcept;
   DeviceConfig cfg_;
   DeviceAttr dev_attr_;
   PortAttr port_attr_;
