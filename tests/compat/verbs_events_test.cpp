@@ -166,13 +166,83 @@ TEST_F(Verbs, SrqLimitAsyncEvent) {
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
+// Bookkeeping of the two destroy races below.  Each round owns one object
+// (a QP, a CQ) from its creation until its destroy returned; a taker
+// thread attributes each event it takes to the round owning the event's
+// object.  Even rounds destroy at once or after up to 40 us, so that the
+// taker, waking, meets the destroy at every point of it; odd rounds
+// destroy once the taker took the event.  Each event must be dropped with
+// its object or handed out before the destroy, which then waits for its
+// ack: it never names an object already destroyed.
+class DestroyRace {
+ public:
+  static constexpr int kRounds = 300;
+
+  void begin(int i, const void* obj) {
+    std::lock_guard g(mu_);
+    cur_ = obj;
+    round_ = i;
+  }
+  // Between the event's cause and the destroy; false if an odd round's
+  // event never came.
+  bool pace(int i) {
+    if (i % 2 == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i / 2 % 41);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      return true;
+    }
+    std::unique_lock l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(10), [&] { return got_[size_t(i)] > 0; });
+  }
+  void end() {
+    std::lock_guard g(mu_);
+    cur_ = nullptr;
+    round_ = -1;
+  }
+  // The taker took an event about `obj` (nullptr: not one of ours), and
+  // acks it after this returns.  Counted 50 us later: a destroy that did
+  // not wait for the ack has returned by then, making the event stray.
+  void saw(const void* obj) {
+    int r = -1;
+    {
+      std::lock_guard g(mu_);
+      if (obj && obj == cur_) r = round_;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    {
+      std::lock_guard g(mu_);
+      if (r >= 0 && r == round_)
+        ++got_[size_t(r)];
+      else
+        ++stray_;
+    }
+    cv_.notify_all();
+  }
+  // Once the taker stopped.
+  void check() const {
+    EXPECT_EQ(stray_, 0);
+    int delivered = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      EXPECT_LE(got_[size_t(i)], 1) << "round " << i;
+      delivered += got_[size_t(i)];
+    }
+    EXPECT_GE(delivered, kRounds / 2);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const void* cur_ = nullptr;
+  int round_ = -1;
+  std::vector<int> got_ = std::vector<int>(kRounds, 0);
+  int stray_ = 0;
+};
+
 // ibv_destroy_qp racing a thread that takes async events, as UCX's async
-// thread does while its endpoints are torn down: each QP's LAST_WQE_REACHED
-// event is either dropped with the QP or handed out before the destroy,
-// which then waits for its ack.  It never names a QP already destroyed.
-// Odd rounds wait for the event before destroying, even rounds race it.
+// thread does while its endpoints are torn down: each round's QP raises
+// LAST_WQE_REACHED as it moves to ERR.
 TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
-  constexpr int kRounds = 300;
   ibv_srq_init_attr si{};
   si.attr = {16, 1, 0};
   ibv_srq* srq = ibv_create_srq(pd_, &si);
@@ -180,12 +250,7 @@ TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
   ibv_cq* c = cq();
   const int fd = ctx_->async_fd;
   ASSERT_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
-  std::mutex mu;
-  std::condition_variable cv;
-  ibv_qp* cur = nullptr;  // the round's QP, from creation until its destroy returned
-  int round = -1;
-  std::vector<int> got(kRounds, 0);
-  int stray = 0;
+  DestroyRace race;
   std::atomic<bool> stop{false};
   std::thread taker([&] {
     while (!stop.load()) {
@@ -193,26 +258,12 @@ TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
       if (::poll(&p, 1, 5) != 1) continue;
       ibv_async_event ev{};
       if (ibv_get_async_event(ctx_, &ev) != 0) continue;  // dropped since the poll
-      int r = -1;
-      {
-        std::lock_guard g(mu);
-        if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == cur) r = round;
-      }
-      // Time for a destroy that did not wait for this event's ack to return.
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      {
-        std::lock_guard g(mu);
-        if (r >= 0 && r == round)
-          ++got[size_t(r)];
-        else
-          ++stray;
-      }
-      cv.notify_all();
+      race.saw(ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED ? ev.element.qp : nullptr);
       ibv_ack_async_event(&ev);
     }
   });
   StopAndJoin joiner{stop, taker};
-  for (int i = 0; i < kRounds; ++i) {
+  for (int i = 0; i < DestroyRace::kRounds; ++i) {
     ibv_qp_init_attr a{};
     a.send_cq = a.recv_cq = c;
     a.srq = srq;
@@ -220,57 +271,28 @@ TEST_F(Verbs, AsyncEventsNeverOutliveTheirQp) {
     a.cap = {4, 0, 1, 0, 0};
     ibv_qp* q = ibv_create_qp(pd_, &a);
     ASSERT_NE(q, nullptr) << std::strerror(errno);
-    {
-      std::lock_guard g(mu);
-      cur = q;
-      round = i;
-    }
+    race.begin(i, q);
     ibv_qp_attr at{};
     at.qp_state = IBV_QPS_ERR;
     ASSERT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE), 0);
-    if (i % 2 == 0) {
-      // Even rounds destroy at once or after up to 40 us, so that the
-      // taker, waking, meets the destroy at every point of it.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i / 2 % 41);
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    } else {
-      std::unique_lock l(mu);
-      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return got[size_t(i)] > 0; })) << "round " << i;
-    }
+    ASSERT_TRUE(race.pace(i)) << "round " << i;
     ASSERT_EQ(ibv_destroy_qp(q), 0);
-    std::lock_guard g(mu);
-    cur = nullptr;
-    round = -1;
+    race.end();
   }
   stop.store(true);
   taker.join();  // before reading the counts
-  EXPECT_EQ(stray, 0);
-  int delivered = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    EXPECT_LE(got[size_t(i)], 1) << "round " << i;
-    delivered += got[size_t(i)];
-  }
-  EXPECT_GE(delivered, kRounds / 2);
+  race.check();
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
-// The same race for completion events: a thread takes CQ events from a
-// non-blocking channel while each round's QP flushes a receive into its
-// armed CQ and both are destroyed at once (even rounds, after up to 40 us)
-// or after the event was taken (odd rounds).  An event is dropped with its
-// CQ or handed out before ibv_destroy_cq, which then waits for its ack.
+// The same race for completion events: each round's QP flushes a receive
+// into its armed CQ (an event on a non-blocking channel), then both are
+// destroyed.
 TEST_F(Verbs, CompletionEventsNeverOutliveTheirCq) {
-  constexpr int kRounds = 300;
   ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
   ASSERT_NE(ch, nullptr);
   ASSERT_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
-  std::mutex mu;
-  std::condition_variable cv;
-  ibv_cq* cur = nullptr;  // the round's CQ, from creation until its destroy returned
-  int round = -1;
-  std::vector<int> got(kRounds, 0);
-  int stray = 0;
+  DestroyRace race;
   std::atomic<bool> stop{false};
   std::thread taker([&] {
     while (!stop.load()) {
@@ -279,25 +301,12 @@ TEST_F(Verbs, CompletionEventsNeverOutliveTheirCq) {
       ibv_cq* ev_cq = nullptr;
       void* ev_ctx = nullptr;
       if (ibv_get_cq_event(ch, &ev_cq, &ev_ctx) != 0) continue;  // dropped since the poll
-      int r = -1;
-      {
-        std::lock_guard g(mu);
-        if (ev_cq == cur) r = round;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      {
-        std::lock_guard g(mu);
-        if (r >= 0 && r == round)
-          ++got[size_t(r)];
-        else
-          ++stray;
-      }
-      cv.notify_all();
+      race.saw(ev_cq);
       ibv_ack_cq_events(ev_cq, 1);
     }
   });
   StopAndJoin joiner{stop, taker};
-  for (int i = 0; i < kRounds; ++i) {
+  for (int i = 0; i < DestroyRace::kRounds; ++i) {
     ibv_cq* c = ibv_create_cq(ctx_, 4, nullptr, ch, 0);
     ASSERT_NE(c, nullptr) << std::strerror(errno);
     ibv_qp_init_attr a{};
@@ -313,38 +322,19 @@ TEST_F(Verbs, CompletionEventsNeverOutliveTheirCq) {
     rw.num_sge = 1;
     ibv_recv_wr* bad;
     ASSERT_EQ(ibv_post_recv(q, &rw, &bad), 0);
-    {
-      std::lock_guard g(mu);
-      cur = c;
-      round = i;
-    }
+    race.begin(i, c);
     ASSERT_EQ(ibv_req_notify_cq(c, 0), 0);
     ibv_qp_attr at{};
     at.qp_state = IBV_QPS_ERR;
     ASSERT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE), 0);  // flushes the receive: an event
-    if (i % 2 == 0) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(i / 2 % 41);
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    } else {
-      std::unique_lock l(mu);
-      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return got[size_t(i)] > 0; })) << "round " << i;
-    }
+    ASSERT_TRUE(race.pace(i)) << "round " << i;
     ASSERT_EQ(ibv_destroy_qp(q), 0);
     ASSERT_EQ(ibv_destroy_cq(c), 0);
-    std::lock_guard g(mu);
-    cur = nullptr;
-    round = -1;
+    race.end();
   }
   stop.store(true);
   taker.join();  // before reading the counts
-  EXPECT_EQ(stray, 0);
-  int delivered = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    EXPECT_LE(got[size_t(i)], 1) << "round " << i;
-    delivered += got[size_t(i)];
-  }
-  EXPECT_GE(delivered, kRounds / 2);
+  race.check();
   EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
 }
 

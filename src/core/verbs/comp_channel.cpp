@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,25 +16,18 @@
 namespace uroce::verbs {
 
 Result<std::unique_ptr<CompChannel>> CompChannel::create(Context& ctx) {
-  // A counting eventfd: one count per queued event.  Blocking by default,
-  // like rdma-core's channel fd; the application may set O_NONBLOCK.
-  int fd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
-  if (fd < 0) return err::from_errno(errno, "eventfd for a completion channel");
+  auto count = EventCount::create("a completion channel");
+  if (!count.ok()) return count.status();
   ctx.users()++;
-  return std::unique_ptr<CompChannel>(new CompChannel(ctx, fd));
+  return std::unique_ptr<CompChannel>(new CompChannel(ctx, std::move(*count)));
 }
 
-CompChannel::~CompChannel() {
-  ::close(efd_);
-  ctx_->users()--;
-}
+CompChannel::~CompChannel() { ctx_->users()--; }
 
 void CompChannel::post(Cq& cq) noexcept {
   std::lock_guard g(mu_);
   events_.push_back(&cq);
-  uint64_t one = 1;
-  ssize_t r = ::write(efd_, &one, sizeof one);  // under mu_: count >= queue length
-  (void)r;
+  count_.add();
 }
 
 void CompChannel::forget(Cq& cq) noexcept {
@@ -46,15 +38,7 @@ void CompChannel::forget(Cq& cq) noexcept {
       continue;
     }
     it = events_.erase(it);
-    // The fd is read only under mu_ (here and in try_take), so its count
-    // is the queue's length: this read finds a count and never blocks.
-    // The poll guards against an application that read the fd itself.
-    pollfd p{efd_, POLLIN, 0};
-    uint64_t v;
-    if (::poll(&p, 1, 0) == 1) {
-      ssize_t r = ::read(efd_, &v, sizeof v);
-      (void)r;
-    }
+    count_.take();
   }
 }
 
@@ -63,9 +47,7 @@ bool CompChannel::try_take(Cq*& out) noexcept {
   if (events_.empty()) return false;
   out = events_.front();
   events_.pop_front();
-  uint64_t v;
-  ssize_t r = ::read(efd_, &v, sizeof v);  // semaphore: takes one count
-  (void)r;
+  count_.take();
   // Counted before the lock goes: a destroy that forgets the CQ's events
   // then waits for this one's ack rather than freeing the CQ under us.
   out->event_delivered();
@@ -93,21 +75,21 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
   for (;;) {
     Cq* cq;
     if (try_take(cq)) return cq;
-    if (::fcntl(efd_, F_GETFL) & O_NONBLOCK) return err::again("no completion event queued");
+    if (count_.non_blocking()) return err::again("no completion event queued");
     int wait = -1;
     if (timeout_ms >= 0) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0 && timeout_ms > 0) return err::from_errno(ETIMEDOUT, "no completion event");
       wait = int(std::max<int64_t>(0, left.count()));
       if (timeout_ms == 0) {
-        ctx_->nic().wait_on(efd_, 0, &app);
+        ctx_->nic().wait_on(count_.fd(), 0, &app);
         if (try_take(cq)) return cq;
         return err::from_errno(ETIMEDOUT, "no completion event");
       }
     }
     // Sleep in the NIC's socket and our eventfd: a packet that completes
     // the work is processed by this very thread.
-    if (!ctx_->nic().wait_on(efd_, wait, &app) && !restart_after_signal())
+    if (!ctx_->nic().wait_on(count_.fd(), wait, &app) && !restart_after_signal())
       return err::from_errno(EINTR, "interrupted by a signal");
   }
 }

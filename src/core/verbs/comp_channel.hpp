@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "common/status.hpp"
+#include "verbs/event_count.hpp"
 
 namespace uroce::verbs {
 
@@ -23,7 +24,7 @@ class CompChannel {
   CompChannel(const CompChannel&) = delete;
   CompChannel& operator=(const CompChannel&) = delete;
 
-  int fd() const noexcept { return efd_; }
+  int fd() const noexcept { return count_.fd(); }
   Context& context() const noexcept { return *ctx_; }
   std::atomic<int>& users() noexcept { return users_; }
 
@@ -40,11 +41,11 @@ class CompChannel {
   void forget(Cq& cq) noexcept;
 
  private:
-  explicit CompChannel(Context& ctx, int efd) : ctx_(&ctx), efd_(efd) {}
+  CompChannel(Context& ctx, EventCount count) : ctx_(&ctx), count_(std::move(count)) {}
   bool try_take(Cq*& out) noexcept;
 
   Context* ctx_;
-  int efd_;
+  EventCount count_;  // read and written only under mu_
   std::mutex mu_;
   std::deque<Cq*> events_;
   std::atomic<int> users_{0};

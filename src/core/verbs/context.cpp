@@ -4,7 +4,6 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -140,13 +139,13 @@ Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   nc.shm = c.shm;
   auto nic = c.io_factory ? transport::Nic::create(nc, c.io_factory) : transport::Nic::get(nc);
   if (!nic.ok()) return nic.status();
-  int afd = ::eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
-  if (afd < 0) return err::from_errno(errno, "eventfd for async events");
-  return std::unique_ptr<Context>(new Context(std::move(c), std::move(*nic), afd));
+  auto count = EventCount::create("async events");
+  if (!count.ok()) return count.status();
+  return std::unique_ptr<Context>(new Context(std::move(c), std::move(*nic), std::move(*count)));
 }
 
-Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int async_fd)
-    : cfg_(std::move(cfg)), nic_(std::move(nic)), async_fd_(async_fd) {
+Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, EventCount async_count)
+    : cfg_(std::move(cfg)), nic_(std::move(nic)), async_count_(std::move(async_count)) {
   DeviceAttr& d = dev_attr_;
   d.max_qp_wr = Qp::kMaxWr;
   d.max_sge = Qp::kMaxSge;
@@ -170,14 +169,12 @@ Context::Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int asyn
   resources_ = resources_of(nic_.get(), dev_attr_);
 }
 
-Context::~Context() { ::close(async_fd_); }
+Context::~Context() = default;
 
 void Context::post_async_event(const AsyncEvent& ev) noexcept {
   std::lock_guard g(async_mu_);
   async_.push_back(ev);
-  uint64_t one = 1;
-  ssize_t r = ::write(async_fd_, &one, sizeof one);
-  (void)r;
+  async_count_.add();
 }
 
 void Context::forget_async_events(const void* element) noexcept {
@@ -188,19 +185,7 @@ void Context::forget_async_events(const void* element) noexcept {
       continue;
     }
     it = async_.erase(it);
-    take_count();
-  }
-}
-
-void Context::take_count() noexcept {
-  // The fd is read only under async_mu_, so its count is the queue's
-  // length: this finds a count and never blocks.  The poll guards against
-  // an application that read the fd itself.
-  pollfd p{async_fd_, POLLIN, 0};
-  uint64_t v;
-  if (::poll(&p, 1, 0) == 1) {
-    ssize_t r = ::read(async_fd_, &v, sizeof v);
-    (void)r;
+    async_count_.take();
   }
 }
 
@@ -211,15 +196,15 @@ Result<AsyncEvent> Context::get_async_event(const std::function<void(const Async
       if (!async_.empty()) {
         AsyncEvent ev = async_.front();
         async_.pop_front();
-        take_count();
+        async_count_.take();
         if (delivered) delivered(ev);
         return ev;
       }
     }
     // Nothing queued: what a read() of the fd would do, without reading it
     // outside the lock (a count read there could be a forgotten event's).
-    if (::fcntl(async_fd_, F_GETFL) & O_NONBLOCK) return err::again("no async event");
-    pollfd p{async_fd_, POLLIN, 0};
+    if (async_count_.non_blocking()) return err::again("no async event");
+    pollfd p{async_count_.fd(), POLLIN, 0};
     if (::poll(&p, 1, -1) < 0 && !(errno == EINTR && restart_after_signal()))
       return err::from_errno(errno, "waiting for an async event");
   }

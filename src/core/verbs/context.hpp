@@ -15,6 +15,7 @@
 #include "net/packet_io.hpp"
 #include "uroce/congestion.hpp"
 #include "uroce/faults.hpp"
+#include "verbs/event_count.hpp"
 #include "verbs/resources.hpp"
 #include "verbs/types.hpp"
 
@@ -77,7 +78,7 @@ class Context {
   std::atomic<int>& users() noexcept { return users_; }
 
   // Async events: a pollable fd and a queue.
-  int async_fd() const noexcept { return async_fd_; }
+  int async_fd() const noexcept { return async_count_.fd(); }
   // Takes the oldest event; blocks unless async_fd() is O_NONBLOCK (EAGAIN
   // then, when none is queued).
   // `delivered` runs on it under the queue's lock, so that a consumer can
@@ -90,17 +91,14 @@ class Context {
   void forget_async_events(const void* element) noexcept;
 
  private:
-  Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, int async_fd);
-  // Takes one count from the async fd, under async_mu_ (the only place it
-  // is read, so that the count always equals the queue's length).
-  void take_count() noexcept;
+  Context(DeviceConfig cfg, std::shared_ptr<transport::Nic> nic, EventCount async_count);
   DeviceConfig cfg_;
   DeviceAttr dev_attr_;
   PortAttr port_attr_;
   std::shared_ptr<transport::Nic> nic_;
   std::shared_ptr<DeviceResources> resources_;
   std::atomic<int> users_{0};
-  int async_fd_;
+  EventCount async_count_;  // read and written only under async_mu_
   std::mutex async_mu_;
   std::deque<AsyncEvent> async_;
 };
