@@ -1,9 +1,6 @@
 #include "verbs/comp_channel.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,5 @@
 #include "verbs/context.hpp"
 
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <poll.h>

@@ -43,8 +43,6 @@ Result<std::unique_ptr<Cq>> Cq::create(Context& ctx, uint32_t cqe, CompChannel* 
 }
 
 void Cq::close() noexcept {
-  if (closed_) return;
-  closed_ = true;
   ctx_->forget_async_events(this);
   if (channel_) channel_->forget(*this);
 }

@@ -70,7 +70,7 @@ class Cq final : public transport::CompletionSink {
   void wait_events_acked();
   // The first step of destroying, once no QP uses the CQ: drops its queued
   // completion and async events, so that none is handed out from here on.
-  // The destructor closes a CQ not closed yet.
+  // Closing again does nothing; the destructor closes too.
   void close() noexcept;
   // Resizes the ring (ibv_resize_cq); fails if more entries are queued.
   Status resize(uint32_t cqe);
@@ -102,7 +102,6 @@ class Cq final : public transport::CompletionSink {
   Context* ctx_;
   CompChannel* channel_;
   void* user_context_;
-  bool closed_ = false;
   uint32_t depth_;
   std::vector<Wc> ring_;
   CqStamps stamps_;

@@ -42,8 +42,6 @@ Result<std::unique_ptr<Srq>> Srq::create(Pd& pd, const SrqAttr& attr, void* user
 }
 
 void Srq::close() noexcept {
-  if (closed_) return;
-  closed_ = true;
   if (srqn_) nic().remove_xrc_srq(srqn_);
   pd_->context().forget_async_events(this);
 }

@@ -61,7 +61,8 @@ class Srq final : public transport::RecvSource {
   void* user_context() const noexcept { return user_context_; }
   // The first step of destroying: an XRC SRQ stops taking packets' WQEs, so
   // it raises no more events, and queued events about it are dropped.  Only
-  // destruction may follow; the destructor closes an SRQ not closed yet.
+  // destruction may follow.  Closing again does nothing; the destructor
+  // closes too.
   void close() noexcept;
 
   // --- transport side, NIC lock held ---
@@ -82,7 +83,6 @@ class Srq final : public transport::RecvSource {
   void* user_context_;
   transport::WorkQueue<transport::RecvWqe> q_;
   uint32_t limit_ = 0;  // 0 = not armed
-  bool closed_ = false;
   std::atomic<int> users_{0};
   ResourceHold hold_;  // one of the device's max_srq
   XrcSrqInit xrc_;     // an XRC SRQ's, else null
