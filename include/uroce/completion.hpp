@@ -46,7 +46,11 @@ class CompletionQueue {
  public:
   CompletionQueue(CompletionQueue&&) noexcept;
   CompletionQueue& operator=(CompletionQueue&&) noexcept;
-  ~CompletionQueue();  // every QP using it must be destroyed first
+  // Every QP using it must be destroyed first.  Waits until every event
+  // CompletionChannel::get_event() returned for it is acknowledged
+  // (ack_events), as ibv_destroy_cq does: a thread that took an event may
+  // use the CQ until it acknowledges.  Events not taken yet are dropped.
+  ~CompletionQueue();
 
   // Up to out.size() completions, oldest first; 0 if none.  EOVERFLOW once
   // an overflowed CQ has been drained (the CQ is then unusable).

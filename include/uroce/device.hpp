@@ -124,7 +124,10 @@ class Context {
   std::string publish_counters();
 
   // The next asynchronous event.  timeout_ms < 0 waits for one; otherwise
-  // ETIMEDOUT after that long.
+  // ETIMEDOUT after that long (also when another thread took the events
+  // that came meanwhile).  Safe against concurrent destruction: an event
+  // about an object destroyed before it was taken is dropped, and never
+  // names another object.
   Result<AsyncEvent> get_async_event(int timeout_ms = -1);
   // Polls readable while an async event is queued.
   int async_fd() const noexcept;

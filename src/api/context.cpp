@@ -1,7 +1,6 @@
 // uroce::devices() and uroce::Context over verbs::Context.
-#include <poll.h>
-
 #include <cerrno>
+#include <chrono>
 
 #include "impl.hpp"
 #include "transport/nic.hpp"
@@ -126,43 +125,13 @@ std::string Context::publish_counters() {
 int Context::async_fd() const noexcept { return impl_->ctx->async_fd(); }
 
 Result<AsyncEvent> Context::get_async_event(int timeout_ms) {
-  if (timeout_ms >= 0) {
-    pollfd p{impl_->ctx->async_fd(), POLLIN, 0};
-    int r;
-    do r = ::poll(&p, 1, timeout_ms);
-    while (r < 0 && errno == EINTR);
-    if (r < 0) return err::from_errno(errno, "poll on the async event fd");
-    if (r == 0) return err::from_errno(ETIMEDOUT, "no async event within " + std::to_string(timeout_ms) + " ms");
-  }
-  auto ev = impl_->ctx->get_async_event();
-  if (!ev.ok()) return ev.status();
-  AsyncEvent out;
-  out.type = ev->type;
   detail::ContextImpl& c = *impl_;
-  std::lock_guard g(c.mu);
-  switch (ev->type) {
-    case AsyncEventType::cq_err:
-      if (auto it = c.cqs.find(ev->element); it != c.cqs.end()) out.cq = it->second->owner;
-      break;
-    case AsyncEventType::srq_err:
-    case AsyncEventType::srq_limit_reached:
-      if (auto it = c.srqs.find(ev->element); it != c.srqs.end()) out.srq = it->second->owner;
-      break;
-    case AsyncEventType::qp_fatal:
-    case AsyncEventType::qp_req_err:
-    case AsyncEventType::qp_access_err:
-    case AsyncEventType::comm_est:
-    case AsyncEventType::sq_drained:
-    case AsyncEventType::path_mig:
-    case AsyncEventType::path_mig_err:
-    case AsyncEventType::qp_last_wqe_reached:
-      if (auto it = c.qps.find(ev->element); it != c.qps.end()) {
-        out.qp = it->second->owner;
-        out.qp_num = it->second->qp->qpn();
-      }
-      break;
-    default: break;
-  }
+  AsyncEvent out;
+  // The object is named under the core queue's lock: an API object's
+  // destructor closes its core object (forgetting its events) before it is
+  // untracked, so an event never names a newer object at the same address.
+  auto ev = c.ctx->get_async_event([&](const verbs::AsyncEvent& e) { out = c.name_event(e); }, timeout_ms);
+  if (!ev.ok()) return ev.status();
   return out;
 }
 
@@ -204,8 +173,55 @@ ChannelImpl::~ChannelImpl() {
   ch.reset();
 }
 
+AsyncEvent ContextImpl::name_event(const verbs::AsyncEvent& ev) {
+  AsyncEvent out;
+  out.type = ev.type;
+  std::lock_guard g(mu);
+  switch (ev.type) {
+    case AsyncEventType::cq_err:
+      if (auto it = cqs.find(ev.element); it != cqs.end()) out.cq = it->second->owner;
+      break;
+    case AsyncEventType::srq_err:
+    case AsyncEventType::srq_limit_reached:
+      if (auto it = srqs.find(ev.element); it != srqs.end()) out.srq = it->second->owner;
+      break;
+    case AsyncEventType::qp_fatal:
+    case AsyncEventType::qp_req_err:
+    case AsyncEventType::qp_access_err:
+    case AsyncEventType::comm_est:
+    case AsyncEventType::sq_drained:
+    case AsyncEventType::path_mig:
+    case AsyncEventType::path_mig_err:
+    case AsyncEventType::qp_last_wqe_reached:
+      if (auto it = qps.find(ev.element); it != qps.end()) {
+        out.qp = it->second->owner;
+        out.qp_num = it->second->qp->qpn();
+      }
+      break;
+    default: break;
+  }
+  return out;
+}
+
+// As ibv_destroy_cq: no event about the CQ is handed out once it is
+// closed, and the destructor waits for those handed out to be
+// acknowledged (CompletionQueue::ack_events), so that the thread that took
+// one may still use the CQ until it acknowledges.  A missing acknowledgement
+// would hang here for ever, as in rdma-core: said once after a second.
+void CqImpl::quiesce() {
+  if (!cq) return;
+  cq->close();
+  if (!cq->wait_events_acked_for(std::chrono::seconds(1))) {
+    std::fprintf(stderr,
+                 "uroce: a CompletionQueue being destroyed waits for the acknowledgement (ack_events) of "
+                 "events that get_event() returned for it\n");
+    cq->wait_events_acked();
+  }
+}
+
 CqImpl::~CqImpl() {
   if (!cq) return;
+  quiesce();  // done already unless its creation failed half-way
   ctx->untrack(ctx->cqs, cq.get());
   cq.reset();
 }

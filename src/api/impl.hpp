@@ -44,6 +44,9 @@ void destroy_children_first(std::unique_ptr<Impl>& impl, int live, const char* w
     (void)impl.release();
     return;
   }
+  // Waits for whatever another thread may still do with the public object
+  // (impl is still in place: reset() clears it before the destructor runs).
+  if constexpr (requires { impl->quiesce(); }) impl->quiesce();
   impl.reset();
 }
 
@@ -70,6 +73,8 @@ struct ContextImpl {
     std::lock_guard g(mu);
     m.erase(core);
   }
+  // The API objects an event of the core is about, where they still exist.
+  AsyncEvent name_event(const verbs::AsyncEvent& ev);
 };
 
 struct ChannelImpl {
@@ -82,6 +87,9 @@ struct CqImpl {
   std::unique_ptr<verbs::Cq> cq;
   ContextImpl* ctx = nullptr;
   CompletionQueue* owner = nullptr;
+  // Before destruction: drops the CQ's queued events and waits for those
+  // handed out to be acknowledged.
+  void quiesce();
   ~CqImpl();
 };
 

@@ -30,6 +30,7 @@ QueuePair::~QueuePair() = default;
 namespace detail {
 QpImpl::~QpImpl() {
   if (!qp) return;  // creation failed
+  qp->close();      // its events are forgotten before its address can be reused
   ctx->untrack(ctx->qps, qp.get());
   qp.reset();
 }
@@ -182,6 +183,7 @@ SharedReceiveQueue::~SharedReceiveQueue() {
 namespace detail {
 SrqImpl::~SrqImpl() {
   if (!srq) return;  // creation failed
+  srq->close();      // its events are forgotten before its address can be reused
   ctx->untrack(ctx->srqs, srq.get());
   srq.reset();
 }

@@ -6,6 +6,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -188,7 +190,9 @@ void Context::forget_async_events(const void* element) noexcept {
   }
 }
 
-Result<AsyncEvent> Context::get_async_event(const std::function<void(const AsyncEvent&)>& delivered) {
+Result<AsyncEvent> Context::get_async_event(const std::function<void(const AsyncEvent&)>& delivered, int timeout_ms) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
   for (;;) {
     {
       std::lock_guard g(async_mu_);
@@ -203,8 +207,14 @@ Result<AsyncEvent> Context::get_async_event(const std::function<void(const Async
     // Nothing queued: what a read() of the fd would do, without reading it
     // outside the lock (a count read there could be a forgotten event's).
     if (async_count_.non_blocking()) return err::again("no async event");
+    int wait = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+      if (left <= 0) return err::from_errno(ETIMEDOUT, "no async event");
+      wait = int(left);
+    }
     pollfd p{async_count_.fd(), POLLIN, 0};
-    if (::poll(&p, 1, -1) < 0 && !(errno == EINTR && restart_after_signal()))
+    if (::poll(&p, 1, wait) < 0 && !(errno == EINTR && restart_after_signal()))
       return err::from_errno(errno, "waiting for an async event");
   }
 }

@@ -80,11 +80,12 @@ class Context {
   // Async events: a pollable fd and a queue.
   int async_fd() const noexcept { return async_count_.fd(); }
   // Takes the oldest event; blocks unless async_fd() is O_NONBLOCK (EAGAIN
-  // then, when none is queued).
+  // then, when none is queued).  timeout_ms >= 0 waits at most that long
+  // for one (ETIMEDOUT), even if other threads take the events that come.
   // `delivered` runs on it under the queue's lock, so that a consumer can
   // count the event against its object before a concurrent destroy's
   // forget_async_events() returns: the object is alive while it runs.
-  Result<AsyncEvent> get_async_event(const std::function<void(const AsyncEvent&)>& delivered = {});
+  Result<AsyncEvent> get_async_event(const std::function<void(const AsyncEvent&)>& delivered = {}, int timeout_ms = -1);
   void post_async_event(const AsyncEvent& ev) noexcept;
   // Drops queued events about an object being destroyed.  Once it returns,
   // no event about `element` is being handed out.

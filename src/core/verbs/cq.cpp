@@ -156,4 +156,9 @@ void Cq::wait_events_acked() {
   ev_cv_.wait(lk, [this] { return ev_acked_ >= ev_delivered_; });
 }
 
+bool Cq::wait_events_acked_for(std::chrono::milliseconds limit) {
+  std::unique_lock lk(ev_mu_);
+  return ev_cv_.wait_for(lk, limit, [this] { return ev_acked_ >= ev_delivered_; });
+}
+
 }  // namespace uroce::verbs

@@ -7,6 +7,7 @@
 // an IBV_EVENT_CQ_ERR async event is raised, and poll() fails once drained.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -68,6 +69,8 @@ class Cq final : public transport::CompletionSink {
   void ack_events(unsigned n);
   // Blocks until every delivered event is acknowledged (before destruction).
   void wait_events_acked();
+  // The same for at most `limit`: false if some are still unacknowledged.
+  bool wait_events_acked_for(std::chrono::milliseconds limit);
   // The first step of destroying, once no QP uses the CQ: drops its queued
   // completion and async events, so that none is handed out from here on.
   // Closing again does nothing; the destructor closes too.
