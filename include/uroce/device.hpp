@@ -125,9 +125,12 @@ class Context {
 
   // The next asynchronous event.  timeout_ms < 0 waits for one; otherwise
   // ETIMEDOUT after that long (also when another thread took the events
-  // that came meanwhile).  Safe against concurrent destruction: an event
-  // about an object destroyed before it was taken is dropped, and never
-  // names another object.
+  // that came meanwhile).  EAGAIN at once if async_fd() was made
+  // O_NONBLOCK and none is queued; EINTR if a signal whose handler lacks
+  // SA_RESTART interrupts the wait.  An event about an object destroyed
+  // before it was taken is dropped, and never names another object; the
+  // object an event names stays valid only as long as the application
+  // does not destroy it (there is no acknowledgement to wait for).
   Result<AsyncEvent> get_async_event(int timeout_ms = -1);
   // Polls readable while an async event is queued.
   int async_fd() const noexcept;

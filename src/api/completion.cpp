@@ -29,7 +29,7 @@ Result<CompletionQueue*> CompletionChannel::get_event(int timeout_ms) {
   auto cq = impl_->ch->get_event(timeout_ms);
   if (!cq.ok()) return cq.status();
   auto* owner = static_cast<detail::CqImpl*>((*cq)->user_context());
-  return owner ? owner->owner : nullptr;
+  return owner ? owner->owner.load() : nullptr;
 }
 
 // ------------------------------------------------------------ CompletionQueue

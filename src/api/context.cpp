@@ -179,11 +179,11 @@ AsyncEvent ContextImpl::name_event(const verbs::AsyncEvent& ev) {
   std::lock_guard g(mu);
   switch (ev.type) {
     case AsyncEventType::cq_err:
-      if (auto it = cqs.find(ev.element); it != cqs.end()) out.cq = it->second->owner;
+      if (auto it = cqs.find(ev.element); it != cqs.end()) out.cq = it->second->owner.load();
       break;
     case AsyncEventType::srq_err:
     case AsyncEventType::srq_limit_reached:
-      if (auto it = srqs.find(ev.element); it != srqs.end()) out.srq = it->second->owner;
+      if (auto it = srqs.find(ev.element); it != srqs.end()) out.srq = it->second->owner.load();
       break;
     case AsyncEventType::qp_fatal:
     case AsyncEventType::qp_req_err:
@@ -194,7 +194,7 @@ AsyncEvent ContextImpl::name_event(const verbs::AsyncEvent& ev) {
     case AsyncEventType::path_mig_err:
     case AsyncEventType::qp_last_wqe_reached:
       if (auto it = qps.find(ev.element); it != qps.end()) {
-        out.qp = it->second->owner;
+        out.qp = it->second->owner.load();
         out.qp_num = it->second->qp->qpn();
       }
       break;
@@ -221,7 +221,7 @@ void CqImpl::quiesce() {
 
 CqImpl::~CqImpl() {
   if (!cq) return;
-  quiesce();  // done already unless its creation failed half-way
+  quiesce();  // (done already: destroy_children_first ran it)
   ctx->untrack(ctx->cqs, cq.get());
   cq.reset();
 }

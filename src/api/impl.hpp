@@ -86,7 +86,7 @@ struct ChannelImpl {
 struct CqImpl {
   std::unique_ptr<verbs::Cq> cq;
   ContextImpl* ctx = nullptr;
-  CompletionQueue* owner = nullptr;
+  std::atomic<CompletionQueue*> owner{nullptr};  // moves store it while events are named
   // Before destruction: drops the CQ's queued events and waits for those
   // handed out to be acknowledged.
   void quiesce();
@@ -115,14 +115,14 @@ struct AhImpl {
 struct SrqImpl {
   std::unique_ptr<verbs::Srq> srq;
   ContextImpl* ctx = nullptr;
-  SharedReceiveQueue* owner = nullptr;
+  std::atomic<SharedReceiveQueue*> owner{nullptr};
   ~SrqImpl();
 };
 
 struct QpImpl {
   std::unique_ptr<verbs::Qp> qp;
   ContextImpl* ctx = nullptr;
-  QueuePair* owner = nullptr;
+  std::atomic<QueuePair*> owner{nullptr};
   uint32_t initial_psn = 0;
   ~QpImpl();
 };

@@ -64,12 +64,14 @@ TEST(CompletionChannel, ArmedCqWakesTheWaiterAndIsNamed) {
   sender.join();
   ASSERT_TRUE(cq.ok()) << cq.status().to_string();
   EXPECT_EQ(*cq, &*p.b.rcq);
+  // Acknowledged at once: a CQ waits for its events' acks when destroyed,
+  // and a check that throws below must not leave one unacknowledged.
+  (*cq)->ack_events(1);
   const Wc wc = wait_wc(**cq);
   EXPECT_EQ(wc.wr_id, 5u);
   EXPECT_EQ(wc.opcode, WcOpcode::recv);
   EXPECT_EQ(wc.byte_len, 3000u);
   EXPECT_EQ(std::memcmp(p.a.at(0), p.b.at(0), 3000), 0);
-  (*cq)->ack_events(1);
   // One event per arming: the next completion raises none until re-armed.
   post_recv(p.b, 6, 0, 64);
   send(p.a, 0, 64);
@@ -86,9 +88,9 @@ TEST(CompletionChannel, EventNamesTheCqWhereverItWasMoved) {
   post_recv(p.b, 1, 0, 64);
   send(p.a, 0, 64);
   auto cq = must(p.b.channel->get_event(5000), "get_event");
+  moved.ack_events(1);
   EXPECT_EQ(cq, &moved);
   EXPECT_EQ(wait_wc(moved).wr_id, 1u);
-  moved.ack_events(1);
   p.b.qp.reset();  // the QP goes before the CQ it uses
 }
 
@@ -116,9 +118,9 @@ TEST(CompletionChannel, SolicitedOnlyIgnoresUnsolicitedMessages) {
   EXPECT_EQ(p.b.channel->get_event(20).status().code(), ETIMEDOUT);
   send(p.a, 0, 64, send_flags::kSignaled | send_flags::kSolicited);
   auto cq = must(p.b.channel->get_event(5000), "get_event");
+  cq->ack_events(1);
   EXPECT_EQ(cq, &*p.b.rcq);
   EXPECT_EQ(wait_wc(*cq).wr_id, 2u);
-  cq->ack_events(1);
 }
 
 }  // namespace

@@ -18,6 +18,17 @@
 namespace uroce::apitest {
 namespace {
 
+// Stops and joins a helper thread however the test ends (a failed ASSERT
+// or a throwing must() would otherwise leave it joinable: terminate).
+struct StopAndJoin {
+  std::atomic<bool>& stop;
+  std::thread& t;
+  ~StopAndJoin() {
+    stop.store(true);
+    if (t.joinable()) t.join();
+  }
+};
+
 // One context with a PD, a CQ and an SRQ; QPs on the SRQ raise
 // qp_last_wqe_reached when moved to ERR.
 struct SrqHost {
@@ -49,8 +60,8 @@ TEST(EventLifetime, AsyncEventsNeverNameAnotherQp) {
   SrqHost h;
   std::mutex mu;
   std::condition_variable cv;
-  std::set<uint32_t> errored, bystanders;
-  int named = 0, stray = 0;
+  std::set<uint32_t> errored, bystanders, named;
+  int stray = 0;
   std::atomic<bool> stop{false};
   std::thread taker([&] {
     while (!stop.load()) {
@@ -58,23 +69,23 @@ TEST(EventLifetime, AsyncEventsNeverNameAnotherQp) {
       if (!ev.ok() || ev->type != AsyncEventType::qp_last_wqe_reached) continue;
       std::lock_guard g(mu);
       if (ev->qp && errored.count(ev->qp_num) && !bystanders.count(ev->qp_num))
-        ++named;
+        named.insert(ev->qp_num);
       else
         ++stray;
       cv.notify_all();
     }
   });
+  StopAndJoin joiner{stop, taker};
   std::optional<QueuePair> bystander;
   constexpr int kRounds = 300;
   for (int i = 0; i < kRounds; ++i) {
     bystander.reset();
     {
       QueuePair qp = h.make_qp();
-      int before;
+      const uint32_t qpn = qp.qpn();
       {
         std::lock_guard g(mu);
-        errored.insert(qp.qpn());
-        before = named;
+        errored.insert(qpn);
       }
       SrqHost::to_error(qp);
       if (i % 2 == 0) {
@@ -83,7 +94,10 @@ TEST(EventLifetime, AsyncEventsNeverNameAnotherQp) {
         }
       } else {
         std::unique_lock l(mu);
-        ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return named > before; })) << "round " << i;
+        if (!cv.wait_for(l, std::chrono::seconds(10), [&] { return named.count(qpn) > 0; })) {
+          ADD_FAILURE() << "round " << i << ": the event of QP " << qpn << " never came";
+          break;
+        }
       }
     }  // destroyed
     QueuePair b = h.make_qp();
@@ -97,7 +111,7 @@ TEST(EventLifetime, AsyncEventsNeverNameAnotherQp) {
   taker.join();
   std::lock_guard g(mu);
   EXPECT_EQ(stray, 0);
-  EXPECT_GE(named, kRounds / 2);
+  EXPECT_GE(named.size(), size_t(kRounds / 2));
   for (uint32_t q : bystanders) EXPECT_FALSE(errored.count(q)) << "QP number " << q << " reused";
 }
 
@@ -138,16 +152,20 @@ TEST(EventLifetime, CompletionQueueWaitsForTheAckOfATakenEvent) {
   std::promise<void> took;
   std::atomic<bool> used_after{false};
   CompletionQueue* const expected = &*f.cq;
+  std::atomic<bool> stop{false};  // (the taker ends by itself)
   std::thread taker([&] {
     auto got = f.ch.get_event(5000);
     took.set_value();
-    if (!got.ok() || *got != expected) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    Wc wc[2];
-    auto n = (*got)->poll(wc);  // still ours to use
-    used_after.store(n.ok() && *n == 1 && wc[0].wr_id == 7 && wc[0].status == WcStatus::wr_flush_err);
+    if (!got.ok()) return;
+    if (*got == expected) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      Wc wc[2];
+      auto n = (*got)->poll(wc);  // still ours to use
+      used_after.store(n.ok() && *n == 1 && wc[0].wr_id == 7 && wc[0].status == WcStatus::wr_flush_err);
+    }
     (*got)->ack_events(1);
   });
+  StopAndJoin joiner{stop, taker};
   ASSERT_EQ(took.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   f.qp.reset();
   f.cq.reset();  // waits for the taker's acknowledgement
@@ -172,26 +190,50 @@ TEST(EventLifetime, UntakenCompletionEventsGoWithTheirCq) {
 TEST(EventLifetime, TimedAsyncTakeEndsWhenAnotherThreadTookTheEvent) {
   SrqHost h;
   std::atomic<bool> stop{false};
-  std::atomic<int> rivals_took{0};
+  std::atomic<int> rivals_took{0}, rivals_done{0};
   std::vector<std::thread> rivals;
   for (int k = 0; k < 3; ++k)
     rivals.emplace_back([&] {
       while (!stop.load())
         if (h.ctx.get_async_event(20).ok()) ++rivals_took;
+      ++rivals_done;
     });
+  // However the test ends: events until every taker is out (a take that
+  // outwaits its timeout waits for the next event), then the joins.
+  struct Release {
+    SrqHost& h;
+    std::atomic<bool>& stop;
+    std::atomic<int>& done;
+    std::vector<std::thread>& rivals;
+    std::future<Result<AsyncEvent>>* timed = nullptr;
+    ~Release() {
+      stop.store(true);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      auto all_out = [&] {
+        return done.load() == int(rivals.size()) &&
+               (!timed || !timed->valid() || timed->wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+      };
+      while (!all_out() && std::chrono::steady_clock::now() < give_up) {
+        QueuePair qp = h.make_qp();
+        SrqHost::to_error(qp);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      for (auto& t : rivals)
+        if (t.joinable()) t.join();
+    }
+  };
+  std::future<Result<AsyncEvent>> timed;
+  Release release{h, stop, rivals_done, rivals, &timed};
   constexpr int kRounds = 30;
   int timed_took = 0, timed_out = 0;
   for (int i = 0; i < kRounds; ++i) {
-    auto timed = std::async(std::launch::async, [&] { return h.ctx.get_async_event(50); });
+    timed = std::async(std::launch::async, [&] { return h.ctx.get_async_event(50); });
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // all wait
     QueuePair qp = h.make_qp();
     SrqHost::to_error(qp);
     if (timed.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
       ADD_FAILURE() << "round " << i << ": a take with a 50 ms timeout still waits after 5 s";
-      QueuePair more = h.make_qp();
-      SrqHost::to_error(more);  // an event to let it go
-      timed.wait();
-      break;
+      return;  // (release frees it)
     }
     auto r = timed.get();
     if (r.ok())
@@ -202,7 +244,6 @@ TEST(EventLifetime, TimedAsyncTakeEndsWhenAnotherThreadTookTheEvent) {
       ADD_FAILURE() << r.status().to_string();
   }
   stop.store(true);
-  for (auto& t : rivals) t.join();
   EXPECT_EQ(timed_took + timed_out, kRounds);
   EXPECT_LE(timed_took + rivals_took.load(), kRounds);  // each round's one event, taken at most once
 }
