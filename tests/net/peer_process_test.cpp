@@ -1,0 +1,198 @@
+// PeerProcess: copies to and from another process of this host in one pass,
+// stopping at faults, and refusing a process that is gone or not the one
+// registered.
+#include "net/peer_process.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "net/proc_info.hpp"
+
+namespace uroce::net {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kPages = 4;
+
+// A child process holding kPages pages with a known pattern (byte i is
+// uint8_t(i * 7 + 3)), page 2 unmapped.  On a byte from the parent it sends
+// back the sum of its remaining pages' bytes, then exits.
+class Child {
+ public:
+  Child() {
+    int up[2], down[2];
+    if (::pipe(up) != 0 || ::pipe(down) != 0) throw std::runtime_error("pipe");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(up[0]);
+      ::close(down[1]);
+      auto* m = static_cast<uint8_t*>(
+          ::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      for (size_t i = 0; i < kPages * kPage; ++i) m[i] = uint8_t(i * 7 + 3);
+      ::munmap(m + 2 * kPage, kPage);
+      uintptr_t at = reinterpret_cast<uintptr_t>(m);
+      if (::write(up[1], &at, sizeof at) != ssize_t(sizeof at)) ::_exit(2);
+      char c;
+      if (::read(down[0], &c, 1) != 1) ::_exit(3);
+      uint64_t sum = 0;
+      for (size_t p : {0, 1, 3})
+        for (size_t i = 0; i < kPage; ++i) sum += m[p * kPage + i];
+      if (::write(up[1], &sum, sizeof sum) != ssize_t(sizeof sum)) ::_exit(4);
+      ::_exit(0);
+    }
+    ::close(up[1]);
+    ::close(down[0]);
+    up_ = up[0];
+    down_ = down[1];
+    uintptr_t at = 0;
+    if (::read(up_, &at, sizeof at) != ssize_t(sizeof at)) throw std::runtime_error("child address");
+    base_ = at;
+  }
+  ~Child() {
+    finish();
+    ::close(up_);
+    ::close(down_);
+  }
+  pid_t pid() const { return pid_; }
+  uint64_t start() const { return proc_stat(pid_)->start; }
+  uintptr_t at(size_t off) const { return base_ + off; }
+  // The sum of the child's mapped bytes, as it sees them.
+  uint64_t sum() {
+    const char c = 1;
+    uint64_t s = 0;
+    EXPECT_EQ(::write(down_, &c, 1), 1);
+    EXPECT_EQ(::read(up_, &s, sizeof s), ssize_t(sizeof s));
+    return s;
+  }
+  void finish() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int up_ = -1, down_ = -1;
+  uintptr_t base_ = 0;
+};
+
+uint8_t pattern(size_t i) { return uint8_t(i * 7 + 3); }
+
+iovec io(void* p, size_t n) { return iovec{p, n}; }
+iovec io(uintptr_t p, size_t n) { return iovec{reinterpret_cast<void*>(p), n}; }
+
+TEST(PeerProcess, ReadsRangesByteExactAcrossUnalignedPieces) {
+  Child c;
+  auto peer = PeerProcess::open(c.pid(), c.start());
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  // Two of the child's ranges (the second across a page boundary) into
+  // three of ours: one stream of bytes.
+  std::vector<uint8_t> a(1000), b(2001), d(3);
+  const iovec local[] = {io(a.data(), a.size()), io(b.data(), b.size()), io(d.data(), d.size())};
+  const iovec remote[] = {io(c.at(5), 1500), io(c.at(kPage - 7), 1504)};
+  auto n = peer->read(local, remote);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(*n, 3004u);
+  std::vector<uint8_t> got(a);
+  got.insert(got.end(), b.begin(), b.end());
+  got.insert(got.end(), d.begin(), d.end());
+  for (size_t i = 0; i < 3004; ++i) {
+    const size_t off = i < 1500 ? 5 + i : kPage - 7 + (i - 1500);
+    ASSERT_EQ(got[i], pattern(off)) << "byte " << i;
+  }
+}
+
+TEST(PeerProcess, WritesLandInThePeerAndNowhereElse) {
+  Child c;
+  auto peer = PeerProcess::open(c.pid(), c.start());
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  uint64_t before = 0;
+  for (size_t p : {0, 1, 3})
+    for (size_t i = 0; i < kPage; ++i) before += pattern(p * kPage + i);
+  std::vector<uint8_t> src(300, 0xff);
+  const iovec local[] = {io(src.data(), src.size())};
+  const iovec remote[] = {io(c.at(kPage + 100), src.size())};
+  auto n = peer->write(local, remote);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(*n, 300u);
+  uint64_t expect = before;
+  for (size_t i = 0; i < 300; ++i) expect += 0xff - pattern(kPage + 100 + i);
+  EXPECT_EQ(c.sum(), expect);  // those 300 bytes changed, no other
+}
+
+TEST(PeerProcess, ACopyStopsAtAHoleAndOneStartingThereIsEfault) {
+  Child c;
+  auto peer = PeerProcess::open(c.pid(), c.start());
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  std::vector<uint8_t> buf(3 * kPage);
+  const iovec local[] = {io(buf.data(), buf.size())};
+  // Pages 1..3 of the child: page 2 is a hole, the copy stops there.
+  const iovec across[] = {io(c.at(kPage + 10), 2 * kPage)};
+  auto n = peer->read(local, across);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(*n, kPage - 10);
+  EXPECT_EQ(buf[0], pattern(kPage + 10));
+  const iovec hole[] = {io(c.at(2 * kPage), 100)};
+  EXPECT_EQ(peer->read(local, hole).status().code(), EFAULT);
+  EXPECT_EQ(peer->write(local, hole).status().code(), EFAULT);
+  // Our side faults the same way: nothing copied, no signal.
+  void* ours = ::mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(ours, MAP_FAILED);
+  const iovec read_only[] = {io(ours, 100)};
+  const iovec theirs[] = {io(c.at(0), 100)};
+  EXPECT_EQ(peer->read(read_only, theirs).status().code(), EFAULT);
+  ::munmap(ours, kPage);
+}
+
+TEST(PeerProcess, AnotherStartTimeOrAGoneProcessIsEsrch) {
+  Child c;
+  const uint64_t start = c.start();
+  EXPECT_EQ(PeerProcess::open(c.pid(), start + 1).status().code(), ESRCH);
+  auto peer = PeerProcess::open(c.pid(), start);
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  EXPECT_TRUE(peer->alive());
+  const pid_t pid = c.pid();
+  c.finish();  // killed and reaped: its pid may go to another process
+  EXPECT_FALSE(peer->alive());
+  std::vector<uint8_t> buf(8);
+  const iovec local[] = {io(buf.data(), buf.size())};
+  const iovec remote[] = {io(c.at(0), 8)};
+  EXPECT_EQ(peer->read(local, remote).status().code(), ESRCH);
+  EXPECT_EQ(PeerProcess::open(pid, start).status().code(), ESRCH);
+}
+
+TEST(PeerProcess, TooManyRangesIsEinval) {
+  Child c;
+  auto peer = PeerProcess::open(c.pid(), c.start());
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  std::vector<uint8_t> buf(1);
+  std::vector<iovec> many(IOV_MAX + 1, io(buf.data(), 1));
+  const iovec one[] = {io(c.at(0), 1)};
+  EXPECT_EQ(peer->read(many, one).status().code(), EINVAL);
+}
+
+// Here (tests run where cross-memory attach is allowed: the copies above
+// need it) the process-wide answer says yes.
+TEST(PeerProcess, CrossMemoryAttachWorksWhereCopiesDo) {
+  Child c;
+  auto peer = PeerProcess::open(c.pid(), c.start());
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  uint8_t b = 0;
+  const iovec local[] = {io(&b, 1)};
+  const iovec remote[] = {io(c.at(0), 1)};
+  auto n = peer->read(local, remote);
+  if (!n.ok() && n.status().code() == EPERM) GTEST_SKIP() << "cross-memory attach refused here";
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_TRUE(cross_memory_attach_works());
+}
+
+}  // namespace
+}  // namespace uroce::net
