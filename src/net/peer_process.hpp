@@ -1,5 +1,5 @@
-// A uroce process of this host whose memory we may copy to and from in one
-// pass: cross-memory attach (process_vm_readv / process_vm_writev), the
+// PeerProcess: a uroce process of this host whose memory we may copy to and
+// from in one pass: cross-memory attach (process_vm_readv / process_vm_writev), the
 // kernel's part of the one-copy path between same-host peers
 // (docs/one_copy_design.md).
 //
@@ -30,9 +30,11 @@ namespace uroce::net {
 
 class PeerProcess {
  public:
-  // Process `pid` if it is the one started at `start` (clock ticks after
-  // boot, field 22 of /proc/<pid>/stat): ESRCH if it is gone or its pid now
-  // names another process.
+  // Process `pid` of our pid namespace (the caller makes sure: the host
+  // registry records each slot's) if it is the one started at `start`
+  // (clock ticks after boot, field 22 of /proc/<pid>/stat): ESRCH if it is
+  // gone or its pid now names another process; the errno of pidfd_open()
+  // (EMFILE, ...) if it could not be held.
   static Result<PeerProcess> open(pid_t pid, uint64_t start);
 
   pid_t pid() const noexcept { return pid_; }
@@ -56,7 +58,7 @@ class PeerProcess {
 
   pid_t pid_;
   uint64_t start_;
-  UniqueFd pidfd_;  // invalid where the kernel has no pidfd_open (before 5.3): /proc then
+  UniqueFd pidfd_;  // invalid where pidfd_open() is missing (before 5.3) or refused: /proc then
 };
 
 // Whether the kernel lets this process use cross-memory attach at all,

@@ -9,8 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <numeric>
+#include <climits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "net/proc_info.hpp"
@@ -28,7 +29,12 @@ class Child {
  public:
   Child() {
     int up[2], down[2];
-    if (::pipe(up) != 0 || ::pipe(down) != 0) throw std::runtime_error("pipe");
+    if (::pipe(up) != 0) throw std::runtime_error("pipe");
+    if (::pipe(down) != 0) {
+      ::close(up[0]);
+      ::close(up[1]);
+      throw std::runtime_error("pipe");
+    }
     pid_ = ::fork();
     if (pid_ == 0) {
       ::close(up[0]);
@@ -52,16 +58,15 @@ class Child {
     up_ = up[0];
     down_ = down[1];
     uintptr_t at = 0;
-    if (::read(up_, &at, sizeof at) != ssize_t(sizeof at)) throw std::runtime_error("child address");
+    if (pid_ < 0 || ::read(up_, &at, sizeof at) != ssize_t(sizeof at)) {
+      close_all();
+      throw std::runtime_error("no child, or no address from it");
+    }
     base_ = at;
   }
-  ~Child() {
-    finish();
-    ::close(up_);
-    ::close(down_);
-  }
+  ~Child() { close_all(); }
   pid_t pid() const { return pid_; }
-  uint64_t start() const { return proc_stat(pid_)->start; }
+  uint64_t start() const { return proc_stat(pid_).value().start; }
   uintptr_t at(size_t off) const { return base_ + off; }
   // The sum of the child's mapped bytes, as it sees them.
   uint64_t sum() {
@@ -71,6 +76,8 @@ class Child {
     EXPECT_EQ(::read(up_, &s, sizeof s), ssize_t(sizeof s));
     return s;
   }
+  // Killed, left a zombie until finish() reaps it.
+  void kill() const { ::kill(pid_, SIGKILL); }
   void finish() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
@@ -79,6 +86,12 @@ class Child {
   }
 
  private:
+  void close_all() {
+    finish();
+    ::close(up_);
+    ::close(down_);
+  }
+
   pid_t pid_ = -1;
   int up_ = -1, down_ = -1;
   uintptr_t base_ = 0;
@@ -160,7 +173,11 @@ TEST(PeerProcess, AnotherStartTimeOrAGoneProcessIsEsrch) {
   ASSERT_TRUE(peer.ok()) << peer.status().to_string();
   EXPECT_TRUE(peer->alive());
   const pid_t pid = c.pid();
-  c.finish();  // killed and reaped: its pid may go to another process
+  c.kill();  // a zombie until reaped: gone already
+  for (int i = 0; i < 1000 && proc_stat(pid).value_or(ProcStat{'?', 0}).state != 'Z'; ++i) ::usleep(1000);
+  EXPECT_FALSE(peer->alive());
+  EXPECT_EQ(PeerProcess::open(pid, start).status().code(), ESRCH);
+  c.finish();  // reaped: its pid may go to another process
   EXPECT_FALSE(peer->alive());
   std::vector<uint8_t> buf(8);
   const iovec local[] = {io(buf.data(), buf.size())};
@@ -176,7 +193,9 @@ TEST(PeerProcess, TooManyRangesIsEinval) {
   std::vector<uint8_t> buf(1);
   std::vector<iovec> many(IOV_MAX + 1, io(buf.data(), 1));
   const iovec one[] = {io(c.at(0), 1)};
-  EXPECT_EQ(peer->read(many, one).status().code(), EINVAL);
+  const Status st = peer->read(many, one).status();
+  EXPECT_EQ(st.code(), EINVAL);
+  EXPECT_NE(st.message().find("ranges (at most"), std::string::npos) << st.to_string();  // ours, not the kernel's
 }
 
 // Here (tests run where cross-memory attach is allowed: the copies above
