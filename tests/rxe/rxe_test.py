@@ -331,12 +331,29 @@ def load_state(a):
 
 
 def cmd_case(a):
+    rc, peer_hung = run_case(a, 0)
+    if rc == 1 and peer_hung:
+        # Seen once in five runs on 2026-12-01 (ibv_rc_pingpong, rxe
+        # server): uroce's side finished, every frame checked, no NAK and no
+        # rxe error counter grew, but the guest's rdma_rxe kept resending its
+        # last message (completer_retry_err +196) until it was killed; the
+        # group passed three times right after.  The emulated guest's, not
+        # uroce's: one more run, reported.
+        log("rdma_rxe did not finish although uroce's side did and the wire was clean: once more")
+        rc, _ = run_case(a, 1)
+        print("SECOND CHANCE:", "PASS" if rc == 0 else "FAIL")
+    return rc
+
+
+def run_case(a, attempt):
+    """One run of a case: (exit status, whether only rdma_rxe's side failed:
+    it did not finish while uroce's side did, on a clean wire)."""
     state, rc = load_state(a)
     if state is None:
-        return rc
+        return rc, False
     c = CASES[a.program]
     prog = a.program
-    port = 18000 + (os.getpid() % 2000)
+    port = 18000 + (os.getpid() % 1000) + 1000 * attempt
     work = tempfile.mkdtemp(prefix="uroce-rxe-")
     host_env = dict(os.environ, UROCE_ADDR=HOST, UROCE_GSO="0",
                     UROCE_REGISTRY=os.path.join(work, "registry"),
@@ -351,6 +368,7 @@ def cmd_case(a):
         client_args = f"{server_args} {server_addr}"
     timeout = a.timeout
     ok = True
+    rxe_only = True  # every failure so far is rdma_rxe's not finishing
     host_proc = None
     cap = None
     t0 = time.time()
@@ -421,43 +439,46 @@ def cmd_case(a):
               f"{gout[-5000:].rstrip()}")
         if hrc != 0:
             log(f"uroce {prog} exit status {hrc}")
-            ok = False
+            ok = rxe_only = False
         if grc != 0:
             log(f"rxe {prog} exit status {grc}")
             ok = False
+            rxe_only &= grc in (124, 137)  # killed: it hung
         for name, text in (("uroce", hout), ("rxe", gout)):
             is_client = (name == "uroce") == (a.role == "client")
             found = len(re.findall(c["expect"], text, re.M))
             if (is_client or not c.get("client_only")) and found < c.get("expect_count", 1):
                 log(f"{name} output matches {c['expect']!r} {found} times (want {c.get('expect_count', 1)})")
                 ok = False
+                rxe_only &= name == "rxe"
             m = re.search(c["reject"], text, re.M)
             if m:
                 log(f"{name} output has {m.group(0)!r} (rejected)")
-                ok = False
+                ok = rxe_only = False
         # The capture, frame by frame.
         r = subprocess.run([sys.executable, ROCE_CHECK, cap.pcap, "--min-frames", "10",
                             "--expect-opcodes", ",".join(hex(o) for o in c["opcodes"])],
                            capture_output=True, text=True)
         print("----- capture on the bridge\n" + r.stdout.rstrip())
         if r.returncode != 0:
-            ok = False
+            ok = rxe_only = False
         naks = nak_frames(cap.pcap)
         if naks:
             log(f"{len(naks)} NAK/RNR NAK frames:", *naks[:5])
-            ok = False
+            ok = rxe_only = False
         if "payload" in c:
             ops, want = c["payload"]
             got, pkts = wire_payload(cap.pcap, ops)
             log(f"data on the wire: {got} payload bytes in {pkts} packets (want {want})")
             if got != want:
-                ok = False
-        ok &= counters_steady(before, after)
+                ok = rxe_only = False
+        if not counters_steady(before, after):
+            ok = rxe_only = False
         log("rxe counters:", {k: after.get(k, 0) - before.get(k, 0) for k in RXE_INFO_COUNTERS})
         log(f"{prog}, uroce {a.role}: {elapsed:.1f} s")
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
         log("error:", e)
-        ok = False
+        ok = rxe_only = False
     finally:
         if host_proc and host_proc.poll() is None:
             os.killpg(host_proc.pid, signal.SIGKILL)
@@ -471,7 +492,7 @@ def cmd_case(a):
         else:
             shutil.rmtree(work, ignore_errors=True)
     print("RESULT:", "PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return (0 if ok else 1), (not ok and rxe_only)
 
 
 def cmd_shared(a):
