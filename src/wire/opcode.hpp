@@ -79,9 +79,12 @@ enum class Opcode : uint8_t {
   xrc_send_last_inv = 0xb6,
   xrc_send_only_inv = 0xb7,
   // Manufacturer-specific (IBA 9.2.3: 0xc0-0xff), between uroce peers only
-  // (sack.hpp): a requester asks for SACKs, a responder sends them.
+  // (sack.hpp): a requester asks for SACKs, a responder sends them; and
+  // (copy.hpp) the one-copy WRITE between processes of one host.
   uroce_sack_hello = 0xc0,
   uroce_sack = 0xc1,
+  uroce_copy_write = 0xc2,
+  uroce_copy_nak = 0xc3,
 };
 
 // `uroce`: the manufacturer-specific opcodes above, addressed to an RC QP.
@@ -243,6 +246,8 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() noexcept {
   // kResponse.)
   t[0xc0] = make_info("UROCE_SACK_HELLO", Service::uroce, op::kOnly | op::kPayload);
   t[0xc1] = make_info("UROCE_SACK", Service::uroce, op::kOnly | op::kPayload);
+  t[0xc2] = make_info("UROCE_COPY_WRITE", Service::uroce, op::kOnly | op::kPayload);
+  t[0xc3] = make_info("UROCE_COPY_NAK", Service::uroce, op::kOnly | op::kPayload);
   return t;
 }
 

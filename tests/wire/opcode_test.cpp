@@ -80,15 +80,17 @@ constexpr Expect kExpected[] = {
     {0xb4, "XRC_FETCH_ADD", 44},
     {0xb6, "XRC_SEND_LAST_INV", 20},
     {0xb7, "XRC_SEND_ONLY_INV", 20},
-    // Manufacturer-specific, between uroce peers (wire/sack.hpp): BTH, then payload.
+    // Manufacturer-specific, between uroce peers (wire/sack.hpp, wire/copy.hpp): BTH, then payload.
     {0xc0, "UROCE_SACK_HELLO", 12},
     {0xc1, "UROCE_SACK", 12},
+    {0xc2, "UROCE_COPY_WRITE", 12},
+    {0xc3, "UROCE_COPY_NAK", 12},
 };
 
 TEST(wire_opcode, ExactlyTheExpectedOpcodesAreValid) {
   std::set<uint8_t> expected;
   for (const Expect& e : kExpected) expected.insert(e.opcode);
-  ASSERT_EQ(expected.size(), 63u);  // 23 RC + 12 UC + 2 UD + CNP + 23 XRC + 2 uroce
+  ASSERT_EQ(expected.size(), 65u);  // 23 RC + 12 UC + 2 UD + CNP + 23 XRC + 4 uroce
   for (unsigned op = 0; op < 256; ++op) {
     const OpcodeInfo& i = info(uint8_t(op));
     EXPECT_EQ(i.valid(), expected.count(uint8_t(op)) == 1) << "opcode " << op;
