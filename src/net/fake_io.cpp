@@ -268,6 +268,7 @@ size_t FakeIo::recv_batch(std::span<RxPacket> out) noexcept {
     r.dst = p.dst.addr;
     r.tos = p.tos;
     r.ttl = 64;
+    r.via_ring = false;
     ++stats_.rx_packets;
     stats_.rx_bytes += p.data.size();
     if (r.truncated) ++stats_.rx_truncated;

@@ -75,6 +75,9 @@ class FaultIo final : public PacketIo {
   bool host_local(const IpAddr& dst) noexcept override {
     return !cfg_.tx.any() && !cfg_.rx.any() && inner_->host_local(dst);
   }
+  bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override {
+    return inner_->ring_owner(dst, dest_qpn, out);
+  }
   IoStats stats() const noexcept override;
 
   const FaultConfig& config() const noexcept { return cfg_; }

@@ -48,6 +48,16 @@ struct RxPacket {
   // Index of this packet in a GRO-coalesced datagram: the IPv4 ID its sender
   // most likely used (see TxPacket::gso_segments).  0 for a lone datagram.
   uint16_t ipv4_id_hint = 0;
+  // Taken from this process's shared-memory ring (ShmIo), not a socket:
+  // sent by a uroce process of this host and user.  Only such a packet may
+  // ask for a one-copy WRITE (wire/copy.hpp).
+  bool via_ring = false;
+};
+
+// A uroce process of this host (net/peer_process.hpp names one so).
+struct RingOwner {
+  int32_t pid = 0;
+  uint64_t start = 0;  // clock ticks after boot, /proc/<pid>/stat field 22
 };
 
 // Faults injected in one direction by a FaultIo (net/fault_io.hpp).
@@ -133,6 +143,18 @@ class PacketIo {
   // with faults configured).
   virtual bool host_local(const IpAddr& dst) noexcept {
     (void)dst;
+    return false;
+  }
+
+  // The process owning the shared-memory ring that packets to the QP
+  // `dest_qpn` at `dst` go through (ShmIo): false when they go by UDP, or
+  // this I/O has no rings.  The one-copy path (docs/one_copy_design.md)
+  // asks it on both sides: the requester whether its packets stay in shared
+  // memory, the responder who its requester is.
+  virtual bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept {
+    (void)dst;
+    (void)dest_qpn;
+    (void)out;
     return false;
   }
 

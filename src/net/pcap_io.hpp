@@ -58,6 +58,9 @@ class PcapIo final : public PacketIo {
   Status leave_group(const IpAddr& group) override { return inner_->leave_group(group); }
   uint16_t gso_max_segments() const noexcept override { return inner_->gso_max_segments(); }
   bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
+  bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override {
+    return inner_->ring_owner(dst, dest_qpn, out);
+  }
   IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:

@@ -47,6 +47,15 @@ Result<uint32_t> ShmIo::slots_from_env() {
   return *n;
 }
 
+Result<bool> ShmIo::copy_from_env() {
+  const char* v = std::getenv("UROCE_SHM_COPY");
+  if (!v || !*v) return false;
+  const std::string_view s = v;
+  if (s == "1" || s == "on" || s == "true" || s == "yes") return true;
+  if (s == "0" || s == "off" || s == "false" || s == "no") return false;
+  return err::inval(std::string("UROCE_SHM_COPY=") + v + ": expected 1 or 0");
+}
+
 std::unique_ptr<PacketIo> ShmIo::wrap_if_enabled(std::unique_ptr<UdpIo> udp, int slot, bool enable, uint32_t slots) {
   if (!enable) return udp;
   ShmConfig cfg;
@@ -270,6 +279,20 @@ ShmIo::Peer* ShmIo::ring_peer(const TxPacket& pkt, Clock::time_point now) noexce
   return &p;
 }
 
+bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept {
+  if (!use_shm_ || dest_qpn == kGsiQpn || dst.addr.is_v4() != udp_->local().addr.is_v4() || !udp_->host_local(dst.addr))
+    return false;
+  if (peers_.size() >= kMaxPeers) {  // (as send_batch does)
+    peers_.clear();
+    last_peer_ = 0;
+  }
+  const Peer& p = peers_[peer(dst, int(dest_qpn >> kQpnIndexBits), Clock::now())];
+  if (!p.ring) return false;
+  out.pid = p.ring->header().owner_pid;
+  out.start = p.ring->header().owner_start;
+  return true;
+}
+
 size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   const Clock::time_point now = Clock::now();
   if (peers_.size() >= kMaxPeers) {
@@ -327,7 +350,7 @@ size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
   // came lately (a busy poller of a same-host peer makes no system call).
   due = due || udp_->rx_buffered() || now >= udp_next_ || now < udp_hot_until_ || now >= ring_hot_until_;
   if (due) {
-    const size_t m = udp_->recv_batch(out.subspan(n));
+    const size_t m = udp_->recv_batch(out.subspan(n));  // (via_ring false)
     udp_next_ = now + cfg_.udp_poll_interval;
     if (m > 0) udp_hot_until_ = now + kUdpHot;
     n += m;

@@ -80,6 +80,10 @@ class ShmIo final : public PacketIo {
   // 65536 in decimal digits (rounded up to a power of two as the ring
   // does); 0 when unset.  Anything else is EINVAL naming the variable.
   static Result<uint32_t> slots_from_env();
+  // UROCE_SHM_COPY: 1 (also on, true, yes) sends large RC WRITEs to
+  // same-host peers in one copy (docs/one_copy_design.md); 0, unset or
+  // empty: not.  Anything else is EINVAL naming the variable.
+  static Result<bool> copy_from_env();
   // What the NIC uses: `udp` wrapped in a ShmIo if `enable` (and it can be
   // made: else a warning and `udp` as it is), with rings of `slots` slots
   // (0: the default).
@@ -109,6 +113,7 @@ class ShmIo final : public PacketIo {
   size_t max_payload() const noexcept override { return udp_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
   bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }
+  bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override;
   IoStats stats() const noexcept override;
 
   UdpIo& udp() noexcept { return *udp_; }

@@ -375,6 +375,7 @@ size_t ShmRing::take(std::span<RxPacket> out) noexcept {
       pkt.ttl = s.ttl;
       pkt.truncated = s.len > payload_max_;
       pkt.ipv4_id_hint = s.ipv4_id_hint;
+      pkt.via_ring = true;
       bytes += len;
       ++n;
       ++h;

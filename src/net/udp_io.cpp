@@ -523,6 +523,7 @@ size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
     p.tos = m.tos;
     p.ttl = m.ttl;
     p.ipv4_id_hint = rx_seg_;
+    p.via_ring = false;
     ++stats_.rx_packets;
     if (p.truncated) ++stats_.rx_truncated;
     rx_off_ += seg;

@@ -36,6 +36,9 @@ inline constexpr size_t kCopyRangeLen = 12;
 // More ranges than a WRITE's scatter/gather list can have is malformed.
 inline constexpr size_t kCopyMaxRanges = 64;
 inline constexpr size_t kCopyNakLen = 8;
+// The most one request may move (a responder refuses more: it copies under
+// its NIC's lock).
+inline constexpr uint32_t kCopyMaxBytes = 1u << 20;
 
 struct CopyRange {
   uint64_t addr = 0;

@@ -70,6 +70,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   cfg.udp_port = opt.udp_port;
   cfg.mtu = opt.device_mtu;
   cfg.shm = false;  // the UDP path is the socket's; PacketPath::shm has rings of its own
+  cfg.shm_copy = opt.shm_copy;
   cfg.congestion = &s == &b && opt.congestion_b ? opt.congestion_b : opt.congestion;
   if (&s == &b && opt.faults_b) cfg.faults = opt.faults_b;
   if (opt.fake) {
@@ -90,7 +91,8 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
     net::ShmConfig scfg;
     scfg.dir = opt.shm->path();
     const IpAddr local = *ip;
-    cfg.io_factory = [scfg, local]() -> Result<std::unique_ptr<net::PacketIo>> {
+    const IoWrap wrap = &s == &b ? opt.wrap_b : nullptr;
+    cfg.io_factory = [scfg, local, wrap]() -> Result<std::unique_ptr<net::PacketIo>> {
       net::UdpConfig ucfg;
       ucfg.local = local;
       ucfg.port = 0;
@@ -98,7 +100,9 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
       if (!udp.ok()) return udp.status();
       auto shm = net::ShmIo::wrap(std::move(*udp), scfg);
       if (!shm.ok()) return shm.status();
-      return std::unique_ptr<net::PacketIo>(std::move(*shm));
+      std::unique_ptr<net::PacketIo> p = std::move(*shm);
+      if (wrap) p = wrap(std::move(p));
+      return p;
     };
   }
   auto ctx = Context::open(cfg);

@@ -96,6 +96,8 @@ struct PairOptions {
   std::shared_ptr<net::FakeNetwork> fake;
   IoWrap wrap;
   std::shared_ptr<ShmDir> shm;                              // both sides' packets through rings in this directory
+  bool shm_copy = false;                                    // one-copy WRITEs (DeviceConfig::shm_copy)
+  IoWrap wrap_b;                                            // a decorator around B's packet I/O alone
   std::optional<transport::CongestionConfig> congestion;    // unset: UROCE_CC decides
   std::optional<transport::CongestionConfig> congestion_b;  // B's, if not `congestion`
   std::optional<FaultConfig> faults_b;                      // B's device only (e.g. rx.ce: a congested switch)

@@ -144,6 +144,9 @@ struct RequesterState {
   uint32_t timed_psn = 0;
   Clock::time_point timed_at;
   int64_t srtt_ns = 0, rttvar_ns = 0;
+  // The one-copy WRITE (requester_copy.cpp): the responder could not make
+  // a copy (UROCE_COPY_NAK), so this QP's WRITEs go as packets from now on.
+  bool copy_off = false;
 };
 
 // A READ or atomic the responder accepted: kept to send its response and,
@@ -205,6 +208,9 @@ struct ResponderState {
   // order are answered with one (sack_due) after the receive batch.
   bool sack_peer = false;
   bool sack_due = false;
+  // The one-copy WRITE (responder_copy.cpp): the kernel refused us the
+  // requester's memory; every further request is answered UROCE_COPY_NAK.
+  bool copy_refused = false;
 };
 
 }  // namespace uroce::transport

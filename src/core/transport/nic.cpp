@@ -13,6 +13,7 @@
 #include "common/own_mappings.hpp"
 #include "net/fault_io.hpp"
 #include "net/pcap_io.hpp"
+#include "net/peer_process.hpp"
 #include "net/port_group.hpp"
 #include "net/registry.hpp"
 #include "net/shm_io.hpp"
@@ -21,6 +22,7 @@
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
+#include "transport/requester.hpp"
 #include "transport/responder.hpp"
 #include "transport/xrc_share.hpp"
 #include "wire/icrc.hpp"
@@ -174,6 +176,21 @@ Status Nic::open_io(const IoFactory* factory) {
     auto env = net::FaultIo::from_env();
     if (!env.ok()) return env.status();
     faults_ = *env;
+  }
+  // One-copy WRITEs to same-host peers: asked for, and allowed here.
+  if (cfg_.shm_copy) {
+    shm_copy_ = *cfg_.shm_copy;
+  } else {
+    auto env = net::ShmIo::copy_from_env();
+    if (!env.ok()) return env.status();
+    shm_copy_ = *env;
+  }
+  if (shm_copy_ && !net::cross_memory_attach_works()) {
+    UROCE_LOG(warn,
+              "device %s: one-copy WRITEs asked for, but this process may not use process_vm_readv: "
+              "WRITEs go as packets",
+              cfg_.name.c_str());
+    shm_copy_ = false;
   }
   if (cfg_.congestion) {
     cfg_.cc = *cfg_.congestion;
@@ -467,13 +484,20 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     return;
   }
   if ((raw.tos & kEcnMask) == kEcnCe) congestion_marked(*this, *qp);
-  if (info.service == wire::Service::uroce) {  // SACKs between uroce peers (wire/sack.hpp)
-    if (pkt.hdr.bth.opcode == uint8_t(wire::Opcode::uroce_sack_hello))
+  if (info.service == wire::Service::uroce) {  // between uroce peers: SACKs (wire/sack.hpp), one copy (wire/copy.hpp)
+    const auto op = wire::Opcode(pkt.hdr.bth.opcode);
+    if (op == wire::Opcode::uroce_sack_hello) {
       responder_sack_hello(*this, *qp, pkt);
-    else if (st != verbs::QpState::rtr)
-      sack_receive(*this, *qp, pkt);
-    else
+    } else if (op == wire::Opcode::uroce_copy_write) {
+      responder_copy_write(*this, *qp, pkt, raw);
+      if (qp->reorder) responder_drain(*this, *qp);  // packets kept for after it
+    } else if (st == verbs::QpState::rtr) {
       ++counters_.rx_bad_state;
+    } else if (op == wire::Opcode::uroce_copy_nak) {
+      copy_nak_receive(*this, *qp, pkt);
+    } else {
+      sack_receive(*this, *qp, pkt);
+    }
     return;
   }
   if (info.flags & wire::op::kResponse) {

@@ -69,6 +69,10 @@ struct NicConfig {
   // Shared-memory rings for same-host peers; without it, UROCE_SHM decides.
   // Set by the first open of (addr, port) in a process.
   std::optional<bool> shm;
+  // Large RC WRITEs to a same-host uroce peer in one copy (the responder
+  // pulls them with process_vm_readv: docs/one_copy_design.md); without
+  // it, UROCE_SHM_COPY decides (off unless 1).
+  std::optional<bool> shm_copy;
   CongestionConfig cc;  // in effect (set when the NIC opens)
 };
 
@@ -100,6 +104,11 @@ class Nic {
   // Whether same-host peers were to be reached through shared memory (the
   // rings may still be missing: no room for them).
   bool shared_memory() const noexcept { return shm_; }
+  // Whether large RC WRITEs to same-host peers go in one copy
+  // (NicConfig::shm_copy, and the kernel lets us: cross_memory_attach_works).
+  bool shm_copy() const noexcept { return shm_copy_; }
+  // The packet I/O (NIC lock held).
+  net::PacketIo& io() noexcept { return *io_; }
   // Path of the shared-memory file `uroce stat` reads ("" if not published).
   std::string stats_path() const;
   // Writes the counters to that file now.  NIC lock held.
@@ -265,6 +274,7 @@ class Nic {
   std::unique_ptr<net::PacketIo> io_;
   std::optional<FaultConfig> faults_;
   bool shm_ = false;  // shared-memory rings asked for (NicConfig::shm, else UROCE_SHM)
+  bool shm_copy_ = false;
   std::unique_ptr<net::StatsPublisher> stats_;
   Clock::time_point stats_at_{};  // last publication
   uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)

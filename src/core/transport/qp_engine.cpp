@@ -121,6 +121,7 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
       if (cur == QpState::init) {
         resp = ResponderState{};
         resp.epsn = attr.rq_psn;
+        copy_peer.reset();
         icrc_ip = wire::IpUdpFields{};
         icrc_ip.src = local.addr;
         icrc_ip.src_port = local.port;

@@ -12,6 +12,7 @@
 
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
+#include "net/peer_process.hpp"
 #include "transport/dcqcn.hpp"
 #include "transport/engine_state.hpp"
 #include "transport/ports.hpp"
@@ -134,16 +135,19 @@ class QpEngine {
   WorkQueue<RecvWqe> rq;  // unused with an SRQ
   RequesterState req;     // requester + completer
   ResponderState resp;
-  Endpoint peer;                           // RC/UC: the peer's UDP endpoint
-  bool host_local = false;                 // RC/UC: the peer is on this host (Nic::host_local)
-  wire::IpUdpFields icrc_ip;               // RC/UC: ICRC fields of packets to the peer
-  uint32_t mtu = 1024;                     // path MTU in bytes
-  RecvSource* xrc_target = nullptr;        // XRC_RECV: the SRQ of the request at hand (or last handled)
-  XrcRemote* xrc_remote = nullptr;         // ... when that SRQ is another process's (xrc_share.hpp)
-  uint32_t xrc_msg_srqn = 0;               // the SRQ the message in progress began with
-  Dcqcn dcqcn;                             // the requester's rate (congestion.hpp)
-  Swift swift;                             // the requester's delay-based window (CcMode::swift)
-  Clock::time_point cnp_sent_at{};         // the last CNP this QP sent its peer
+  Endpoint peer;                     // RC/UC: the peer's UDP endpoint
+  bool host_local = false;           // RC/UC: the peer is on this host (Nic::host_local)
+  wire::IpUdpFields icrc_ip;         // RC/UC: ICRC fields of packets to the peer
+  uint32_t mtu = 1024;               // path MTU in bytes
+  RecvSource* xrc_target = nullptr;  // XRC_RECV: the SRQ of the request at hand (or last handled)
+  XrcRemote* xrc_remote = nullptr;   // ... when that SRQ is another process's (xrc_share.hpp)
+  uint32_t xrc_msg_srqn = 0;         // the SRQ the message in progress began with
+  Dcqcn dcqcn;                       // the requester's rate (congestion.hpp)
+  Swift swift;                       // the requester's delay-based window (CcMode::swift)
+  Clock::time_point cnp_sent_at{};   // the last CNP this QP sent its peer
+  // Responder: the requester's process, held for one-copy WRITEs once the
+  // first came (responder_copy.cpp); dropped with the connection.
+  std::unique_ptr<net::PeerProcess> copy_peer;
   std::unique_ptr<ReorderBuffer> reorder;  // responder: packets kept ahead of a gap (reorder.hpp)
 
  private:

@@ -197,10 +197,40 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
   }
 }
 
-// Emits the next packet of a SEND/WRITE (RC or UC).  Returns false when the
-// message is finished.
-bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
+// Emits a UROCE_COPY_WRITE for the next `k` packets of an RC WRITE
+// (requester_copy.cpp): counted, paced and acknowledged as those packets.
+// Returns false when the message is finished.
+bool emit_copy(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, uint32_t k) noexcept {
   RequesterState& r = qp.req;
+  const uint32_t off = r.send_pkt * qp.mtu;
+  const uint32_t bytes = std::min(k * qp.mtu, w.length - off);
+  const bool last = r.send_pkt + k == w.npkts;
+  uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
+  const size_t n = build_copy_request(qp, w, idx, k, {body, TxBatch::kBounce});
+  if (n == 0) {
+    fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // deregistered since it was posted
+    return false;
+  }
+  wire::Headers h = base_headers(qp, w, uint8_t(Opcode::uroce_copy_write), r.send_psn);
+  h.bth.solicited = last && (w.flags & verbs::send_flags::kSolicited);
+  h.bth.ack_req = true;
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, n}, qp_tos(nic, qp));  // (reads no application memory)
+  ++nic.counters().req_copy_writes;
+  nic.counters().req_copy_bytes += bytes;
+  count_packet(nic, qp, r.send_psn, !(last && w.opcode == WrOpcode::rdma_write_with_imm), k);
+  pace_sent(nic, qp, bytes + k * kPacketOverhead);
+  r.send_psn = psn_add(r.send_psn, k);
+  r.send_pkt += k;
+  return !last;
+}
+
+// Emits the next packet of a SEND/WRITE (RC or UC), or a one-copy request
+// for the next packets of a large WRITE to a same-host peer (unless
+// `packets_only`).  Returns false when the message is finished.
+bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_only = false) noexcept {
+  RequesterState& r = qp.req;
+  if (!packets_only)
+    if (const uint32_t k = copy_chunk_packets(nic, qp, w); k > 0) return emit_copy(nic, qp, w, idx, k);
   const uint32_t mtu = qp.mtu;
   const uint32_t off = r.send_pkt * mtu;
   const uint32_t len = std::min(mtu, w.length - off);
@@ -375,7 +405,7 @@ bool resend_one(Nic& nic, QpEngine& qp) noexcept {
   r.send_psn = psn;
   r.force_ack = r.resend_left == 0 || !psn_before(r.resend_psn, r.sent_hwm);
   ensure_room(nic);
-  emit_data(nic, qp, w, idx);
+  emit_data(nic, qp, w, idx, true);  // one packet, as asked
   r.force_ack = false;
   if (qp.state() == verbs::QpState::err) return false;
   r.send_idx = send_idx;

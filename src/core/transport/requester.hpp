@@ -9,6 +9,7 @@
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
 #include "transport/work_queue.hpp"
+#include "wire/packet.hpp"
 
 namespace uroce::transport {
 
@@ -125,6 +126,17 @@ std::chrono::nanoseconds rnr_delay(uint8_t timer) noexcept;
 // Rewinds transmission to PSN `psn` (go-back-N): the WQE holding it resends
 // from that packet on, and everything after it follows.
 void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
+
+// The one-copy WRITE (requester_copy.cpp, wire/copy.hpp).  How many packets
+// of `w`, from the one to send next, one UROCE_COPY_WRITE stands for now:
+// 0 when they go as packets (not asked for, not to a ring, too small, the
+// window nearly full, or the peer refused before).
+uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept;
+// Writes the request for `k` packets of `w` (at `idx`) from the next into
+// `out`: its length, 0 if a local key, PD or bound check failed.
+size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k, std::span<uint8_t> out) noexcept;
+// A UROCE_COPY_NAK: WRITEs go as packets, again from its PSN.
+void copy_nak_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 // Retires completed WQEs from the SQ head in order, with their completions.
 void retire(Nic& nic, QpEngine& qp) noexcept;
 // Completes the WQE at `idx` with an error and moves the QP to ERR.

@@ -120,8 +120,8 @@ void fail_request(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, WcStatus r
 
 }  // namespace
 
-void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code) noexcept {
-  fail_request(nic, qp, psn, code, WcStatus::success);
+void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, NakCode code, bool wqe_in_use) noexcept {
+  fail_request(nic, qp, psn, code, WcStatus::success, wqe_in_use);
 }
 
 // Remote access check of IBA 9.7.5.1.3 / C9-88: key, PD, QP access, MR
@@ -148,6 +148,74 @@ uint8_t* responder_remote_ptr(Nic& nic, const QpEngine& qp, uint32_t rkey, uint6
     case AccessFault::bounds: ++c.resp_bounds_errors; break;
   }
   return p;
+}
+
+void responder_write(Nic& nic, QpEngine& qp, const WriteChunk& c, WritePlacer place, const void* ctx) noexcept {
+  ResponderState& s = qp.resp;
+  const bool rc = qp.reliable();
+  // WRITE with immediate consumes a receive WQE: make sure one is there
+  // before anything else (an RNR NAK makes the requester send it again);
+  // an error in this packet then completes it, as rxe does.
+  const bool takes_wqe = c.last && c.imm;
+  if (takes_wqe && !acquire_recv(qp)) {
+    if (rc) {
+      // The requester resends from this packet: a WRITE_ONLY comes back as
+      // a FIRST, so the message must not count as begun.
+      if (c.first) transition(qp.qpn(), s.msg, RespMsg::idle);
+      responder_rnr_nak(nic, qp, c.psn);
+    } else {
+      ++nic.counters().uc_dropped_messages;
+      drop_uc_message(qp);
+      s.epsn = psn_add(c.psn, 1);
+    }
+    return;
+  }
+  if (c.first) {
+    if (c.length && !responder_remote_ptr(nic, qp, c.rkey, c.va, c.length, verbs::access::kRemoteWrite)) {
+      fail_request(nic, qp, c.psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
+      return;
+    }
+    s.write_rkey = c.rkey;
+    s.write_va = c.va;
+    s.write_left = s.write_total = c.length;
+    transition(qp.qpn(), s.msg, RespMsg::write);
+  }
+  // Every packet but the last is a full MTU; a one-copy request stands for
+  // npkts of them.
+  if (c.len > s.write_left || (c.last ? c.len != s.write_left : c.len != uint64_t(c.npkts) * qp.mtu)) {
+    ++nic.counters().resp_len_errors;
+    fail_request(nic, qp, c.psn, NakCode::invalid_request, WcStatus::success, takes_wqe);
+    return;
+  }
+  if (c.len) {
+    uint8_t* dst = responder_remote_ptr(nic, qp, s.write_rkey, s.write_va, c.len, verbs::access::kRemoteWrite);
+    const WritePlaced placed = dst ? place(nic, qp, dst, c.len, ctx) : WritePlaced::own_fault;
+    if (placed == WritePlaced::declined) {  // not carried out: it comes again as packets
+      if (c.first) transition(qp.qpn(), s.msg, RespMsg::idle);
+      return;
+    }
+    if (placed == WritePlaced::own_fault) {  // the MR went away in the middle of the message
+      fail_request(nic, qp, c.psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
+      return;
+    }
+    s.write_va += c.len;
+    s.write_left -= c.len;
+  }
+  if (c.last) {
+    transition(qp.qpn(), s.msg, RespMsg::idle);
+    s.msn = psn_add(s.msn, 1);
+    if (c.imm) {
+      complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv_rdma_with_imm, s.write_total,
+                    verbs::wc_flags::kWithImm, c.imm_data, c.solicited);
+      release_recv(qp);
+    }
+  }
+  const uint32_t end = psn_add(c.psn, c.npkts - 1);
+  s.epsn = psn_add(end, 1);
+  // The ACK of a whole WRITE may wait for the answer too: an application
+  // that spins on the memory it lands in answers as soon as it sees it.
+  if (rc && c.ack_req)
+    responder_ack(nic, qp, end, !c.last ? Answerable::no : c.imm ? Answerable::seen : Answerable::unseen);
 }
 
 namespace {
@@ -225,74 +293,30 @@ void on_send(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     responder_ack(nic, qp, psn, (flags & op::kLast) ? Answerable::seen : Answerable::no);
 }
 
+// A WRITE packet's payload, placed by fault_guard::copy.
+WritePlaced place_payload(Nic& nic, QpEngine&, uint8_t* dst, uint32_t len, const void* ctx) noexcept {
+  const auto* payload = static_cast<const std::span<const uint8_t>*>(ctx);
+  if (fault_guard::copy(dst, payload->data(), len, dst)) return WritePlaced::done;
+  ++nic.counters().resp_memory_faults;  // unmapped or re-protected since
+  return WritePlaced::own_fault;
+}
+
 void on_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
-  ResponderState& s = qp.resp;
   const uint32_t flags = pkt.info->flags;
-  const uint32_t psn = pkt.hdr.bth.psn;
-  const bool rc = qp.reliable();
-  const uint32_t len = uint32_t(pkt.payload.size());
-  const bool last = flags & op::kLast;
-  // WRITE with immediate consumes a receive WQE: make sure one is there
-  // before anything else (an RNR NAK makes the requester send it again);
-  // an error in this packet then completes it, as rxe does.
-  const bool takes_wqe = last && (flags & op::kImm);
-  if (takes_wqe && !acquire_recv(qp)) {
-    if (rc) {
-      // The requester resends from this packet: a WRITE_ONLY comes back as
-      // a FIRST, so the message must not count as begun.
-      if (flags & op::kFirst) transition(qp.qpn(), s.msg, RespMsg::idle);
-      responder_rnr_nak(nic, qp, psn);
-    } else {
-      ++nic.counters().uc_dropped_messages;
-      drop_uc_message(qp);
-      s.epsn = psn_add(psn, 1);
-    }
-    return;
-  }
-  if (flags & op::kFirst) {
-    const wire::Reth& reth = pkt.hdr.reth;
-    if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteWrite)) {
-      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
-      return;
-    }
-    s.write_rkey = reth.rkey;
-    s.write_va = reth.va;
-    s.write_left = s.write_total = reth.length;
-    transition(qp.qpn(), s.msg, RespMsg::write);
-  }
-  if (len > s.write_left || (last ? len != s.write_left : len != qp.mtu)) {
-    ++nic.counters().resp_len_errors;
-    fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success, takes_wqe);
-    return;
-  }
-  if (len) {
-    uint8_t* dst = responder_remote_ptr(nic, qp, s.write_rkey, s.write_va, len, verbs::access::kRemoteWrite);
-    if (!dst) {  // the MR went away in the middle of the message
-      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
-      return;
-    }
-    if (!fault_guard::copy(dst, pkt.payload.data(), len, dst)) {  // unmapped or re-protected since
-      ++nic.counters().resp_memory_faults;
-      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success, takes_wqe);
-      return;
-    }
-    s.write_va += len;
-    s.write_left -= len;
-  }
-  if (last) {
-    transition(qp.qpn(), s.msg, RespMsg::idle);
-    s.msn = psn_add(s.msn, 1);
-    if (flags & op::kImm) {
-      complete_recv(nic, qp, WcStatus::success, verbs::WcOpcode::recv_rdma_with_imm, s.write_total,
-                    verbs::wc_flags::kWithImm, pkt.hdr.imm, pkt.hdr.bth.solicited);
-      release_recv(qp);
-    }
-  }
-  s.epsn = psn_add(psn, 1);
-  // The ACK of a whole WRITE may wait for the answer too: an application
-  // that spins on the memory it lands in answers as soon as it sees it.
-  if (rc && pkt.hdr.bth.ack_req)
-    responder_ack(nic, qp, psn, !last ? Answerable::no : (flags & op::kImm) ? Answerable::seen : Answerable::unseen);
+  WriteChunk c;
+  c.psn = pkt.hdr.bth.psn;
+  c.first = flags & op::kFirst;
+  c.last = flags & op::kLast;
+  c.imm = flags & op::kImm;
+  c.solicited = pkt.hdr.bth.solicited;
+  c.ack_req = pkt.hdr.bth.ack_req;
+  c.imm_data = pkt.hdr.imm;
+  c.va = pkt.hdr.reth.va;
+  c.rkey = pkt.hdr.reth.rkey;
+  c.length = pkt.hdr.reth.length;
+  c.len = uint32_t(pkt.payload.size());
+  c.npkts = 1;
+  responder_write(nic, qp, c, place_payload, &pkt.payload);
 }
 
 // More READs/atomics outstanding than max_dest_rd_atomic allows (the

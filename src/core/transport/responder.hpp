@@ -13,8 +13,31 @@ namespace uroce::transport {
 // Queues a NAK with `code` for `psn` (sent at once, never coalesced away).
 void responder_nak(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noexcept;
 // A request that cannot be carried out (RC: IBA class C, the QP enters ERR
-// after the NAK; see responder.cpp).
-void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code) noexcept;
+// after the NAK; see responder.cpp).  `wqe_in_use`: a WRITE with immediate
+// data took a receive WQE, which completes with the error.
+void responder_fail(Nic& nic, QpEngine& qp, uint32_t psn, wire::NakCode code, bool wqe_in_use = false) noexcept;
+// Bytes of an RDMA WRITE: one packet, or a one-copy request standing for
+// `npkts` packets from `psn` (responder_copy.cpp).  first/va/rkey/length as
+// a FIRST packet's RETH; `len` bytes go where the message has got to.
+struct WriteChunk {
+  uint32_t psn = 0;
+  uint32_t npkts = 1;
+  bool first = false, last = false, imm = false, solicited = false, ack_req = false;
+  uint32_t imm_data = 0;
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  uint32_t len = 0;
+};
+// How placing a chunk's bytes at `dst` went: done; our own memory faulted
+// (the request fails: REMOTE_ACCESS_ERR); or declined (nothing counts: the
+// placer answered the requester, who sends the chunk again as packets).
+enum class WritePlaced : uint8_t { done, own_fault, declined };
+using WritePlacer = WritePlaced (*)(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, const void* ctx) noexcept;
+// Runs a chunk in order (its PSN the expected one, opcode sequence checked)
+// through the WRITE state: the access checks, the length rules, the
+// receive of a WRITE with immediate data, ePSN, the ACK.
+void responder_write(Nic& nic, QpEngine& qp, const WriteChunk& c, WritePlacer place, const void* ctx) noexcept;
 // What the packet ended that the application may answer right away, so
 // that the ACK can leave with the answer: nothing, a message it sees in its
 // CQ (a receive it completed), or one it does not (a WRITE without
@@ -43,6 +66,9 @@ void responder_drain(Nic& nic, QpEngine& qp) noexcept;
 // from now on packets kept out of order draw one after each receive batch,
 // sent by responder_emit_sack.
 void responder_sack_hello(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
+// A UROCE_COPY_WRITE: a one-copy WRITE chunk from a same-host requester
+// (responder_copy.cpp), trusted only as it came through our ring.
+void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
 void responder_emit_sack(Nic& nic, QpEngine& qp) noexcept;
 // The remote access check (rkey, PD, QP and MR access rights, bounds):
 // the address of `len` bytes at `va`, or nullptr, counted by cause.

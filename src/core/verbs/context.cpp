@@ -138,6 +138,7 @@ Result<std::unique_ptr<Context>> Context::open(const DeviceConfig& cfg) {
   nc.faults = c.faults;
   nc.congestion = c.congestion;
   nc.shm = c.shm;
+  nc.shm_copy = c.shm_copy;
   auto nic = c.io_factory ? transport::Nic::create(nc, c.io_factory) : transport::Nic::get(nc);
   if (!nic.ok()) return nic.status();
   auto count = EventCount::create("async events");

@@ -40,6 +40,8 @@ struct DeviceConfig {
   // Same-host peers through shared-memory rings (net/shm_io.hpp).  Unset:
   // UROCE_SHM decides (on unless 0).  Ignored with io_factory.
   std::optional<bool> shm;
+  // One-copy WRITEs to same-host peers (transport::NicConfig::shm_copy).
+  std::optional<bool> shm_copy;
   // Tests: packet I/O to use instead of a UDP socket (e.g. a FakeIo).  A
   // device with its own I/O gets a NIC of its own (not shared by address).
   std::function<Result<std::unique_ptr<net::PacketIo>>()> io_factory;

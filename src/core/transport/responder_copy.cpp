@@ -1,0 +1,191 @@
+// The one-copy WRITE, responder side (docs/one_copy_design.md).
+//
+// A UROCE_COPY_WRITE (wire/copy.hpp) stands for packets p .. p+k-1 of an
+// RC WRITE: it runs through the very state those packets would
+// (responder_write: the rkey, PD, rights and bounds checks, the length
+// rules, a WRITE with immediate's receive, ePSN, the ACK), and its bytes
+// come from the requester's memory in one process_vm_readv rather than
+// from payloads.
+//
+// Whom we trust: only a request that came through our shared-memory ring,
+// which only a process of this host and user can write to (one of UDP
+// could make us copy any process's memory, unregistered, into a region);
+// and the requester's process is the one the host's ring files name for
+// its endpoint and QP, never one the packet names.
+//
+// A copy that cannot be made is answered UROCE_COPY_NAK and counts for
+// nothing: the kernel refused us the peer (EPERM: ptrace rules, Yama,
+// seccomp; ESRCH: it is gone), or the requester's memory faulted under
+// the copy.  The requester then sends the same bytes as packets, which
+// fail or succeed as any would.  A fault in our own region is the
+// REMOTE_ACCESS_ERR of a packet that finds it gone.
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "common/fault_guard.hpp"
+#include "common/log.hpp"
+#include "net/peer_process.hpp"
+#include "transport/congestion.hpp"
+#include "transport/protocol.hpp"
+#include "transport/psn.hpp"
+#include "transport/qp_engine.hpp"
+#include "transport/responder.hpp"
+#include "wire/copy.hpp"
+
+namespace uroce::transport {
+namespace {
+
+using wire::CopyNakReason;
+using wire::NakCode;
+
+void send_copy_nak(Nic& nic, QpEngine& qp, uint32_t psn, CopyNakReason why) noexcept {
+  wire::Headers h;
+  h.bth.opcode = uint8_t(wire::Opcode::uroce_copy_nak);
+  h.bth.dest_qp = qp.attr.dest_qp_num;
+  h.bth.psn = psn;
+  const auto payload = wire::copy_nak_payload(why);
+  if (nic.tx().full()) nic.flush_tx();
+  uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
+  std::copy(payload.begin(), payload.end(), body);
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, payload.size()}, qp_tos(nic, qp));
+  // The requester goes back to `psn` for it: requests it sent after this
+  // one draw no sequence NAK of their own.
+  transition(qp.qpn(), qp.resp.seq, SeqNak::sent);
+  qp.resp.nak_hi = psn;
+}
+
+struct Pull {
+  const net::PeerProcess* peer;
+  std::span<const iovec> remote;
+  uint32_t psn;
+};
+
+// Places a chunk by pulling it from the requester (responder_write).
+WritePlaced place_from_peer(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, const void* ctx) noexcept {
+  const Pull& pull = *static_cast<const Pull*>(ctx);
+  Counters& c = nic.counters();
+  const iovec local{dst, len};
+  const Result<size_t> got = pull.peer->read({&local, 1}, pull.remote);
+  if (got.ok() && *got == len) return WritePlaced::done;
+  if (!got.ok() && got.status().code() != EFAULT) {
+    // Not allowed (EPERM), the requester gone (ESRCH), no such call
+    // (ENOSYS): packets from now on.
+    ++c.resp_copy_refused;
+    UROCE_LOG(info, "QP 0x%06x: cannot copy from the requester: %s; asking for packets", qp.qpn(),
+              got.status().to_string().c_str());
+    qp.resp.copy_refused = true;
+    send_copy_nak(nic, qp, pull.psn, CopyNakReason::refused);
+    return WritePlaced::declined;
+  }
+  // A fault stopped it at byte n: ours, if our own byte n cannot be
+  // written (the region unmapped or re-protected since registration).
+  const size_t n = got.ok() ? *got : 0;
+  uint8_t* at = dst + n;
+  if (!fault_guard::copy(at, at, 1, at)) {
+    ++c.resp_memory_faults;
+    return WritePlaced::own_fault;
+  }
+  ++c.resp_copy_source_faults;
+  send_copy_nak(nic, qp, pull.psn, CopyNakReason::source_fault);
+  return WritePlaced::declined;
+}
+
+// The requester's process, held from the first request on; null (and
+// answered so from then on) if it cannot be.
+const net::PeerProcess* requester_process(Nic& nic, QpEngine& qp, const net::RxPacket& raw) noexcept {
+  if (qp.copy_peer) return qp.copy_peer.get();
+  net::RingOwner owner;
+  if (!nic.io().ring_owner(raw.src, qp.attr.dest_qp_num, owner)) {
+    UROCE_LOG(info, "QP 0x%06x: no ring names the requester %s", qp.qpn(), raw.src.to_string().c_str());
+    return nullptr;
+  }
+  auto peer = net::PeerProcess::open(owner.pid, owner.start);
+  if (!peer.ok()) {
+    UROCE_LOG(info, "QP 0x%06x: requester process %d: %s", qp.qpn(), int(owner.pid), peer.status().to_string().c_str());
+    return nullptr;
+  }
+  qp.copy_peer = std::make_unique<net::PeerProcess>(std::move(*peer));
+  return qp.copy_peer.get();
+}
+
+}  // namespace
+
+void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+  Counters& c = nic.counters();
+  if (!raw.via_ring) {
+    ++c.resp_copy_untrusted;
+    UROCE_LOG(debug, "drop a one-copy request from %s that did not come through shared memory",
+              raw.src.to_string().c_str());
+    return;
+  }
+  const std::optional<wire::CopyWrite> req = wire::parse_copy_request(pkt.payload);
+  if (!req) {
+    ++c.rx_malformed;
+    return;
+  }
+  ResponderState& s = qp.resp;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  const int32_t d = psn_diff(psn, s.epsn);
+  if (d > 0) {  // something before it was lost: ask for it (a request is not kept)
+    ++c.resp_future_psn;
+    if (s.seq == SeqNak::clear) {
+      responder_nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
+      s.nak_hi = psn;
+    }
+    return;
+  }
+  if (d < 0) {  // carried out before: its ACK was lost
+    ++c.resp_duplicates;
+    if (pkt.hdr.bth.ack_req) responder_ack(nic, qp, psn_add(s.epsn, kPsnMask), Answerable::no);
+    return;
+  }
+  transition(qp.qpn(), s.seq, SeqNak::clear);
+  const bool first = req->flags & wire::kCopyFirst;
+  if (first ? s.msg != RespMsg::idle : s.msg != RespMsg::write) {
+    ++c.resp_opcode_seq_errors;
+    responder_fail(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  // k packets: k MTUs, or fewer bytes on the last (responder_write checks
+  // which); never more than one request may move.
+  const uint64_t pkts_for_bytes = (uint64_t(req->bytes) + qp.mtu - 1) / qp.mtu;
+  if (req->bytes > wire::kCopyMaxBytes || req->packets != pkts_for_bytes) {
+    ++c.resp_len_errors;
+    responder_fail(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  const net::PeerProcess* peer = s.copy_refused ? nullptr : requester_process(nic, qp, raw);
+  if (!peer) {
+    ++c.resp_copy_refused;
+    s.copy_refused = true;
+    send_copy_nak(nic, qp, psn, CopyNakReason::refused);
+    return;
+  }
+  std::vector<iovec> remote;
+  remote.reserve(req->ranges.size());
+  for (const wire::CopyRange& r : req->ranges)
+    remote.push_back({reinterpret_cast<void*>(uintptr_t(r.addr)), size_t(r.len)});
+  WriteChunk ch;
+  ch.psn = psn;
+  ch.npkts = req->packets;
+  ch.first = first;
+  ch.last = req->flags & wire::kCopyLast;
+  ch.imm = req->flags & wire::kCopyImm;
+  ch.solicited = pkt.hdr.bth.solicited;
+  ch.ack_req = pkt.hdr.bth.ack_req;
+  ch.imm_data = req->imm;
+  ch.va = req->va;
+  ch.rkey = req->rkey;
+  ch.length = req->length;
+  ch.len = req->bytes;
+  const Pull pull{peer, remote, psn};
+  responder_write(nic, qp, ch, place_from_peer, &pull);
+  if (s.epsn == psn_add(psn, req->packets)) {
+    ++c.resp_copy_writes;
+    c.resp_copy_bytes += req->bytes;
+  }
+}
+
+}  // namespace uroce::transport
