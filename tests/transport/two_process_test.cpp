@@ -10,6 +10,9 @@
 //    NIC received came through its shared-memory ring, none through its
 //    socket, with no ICRC failing or needing its IPv4 ID solved; the rings
 //    go with their NICs.
+//  - ShmCopy: the same with UROCE_SHM_COPY=1 -- and the WRITEs (100 KB,
+//    2 MiB) went as one-copy requests the child's NIC carried out with
+//    process_vm_readv from this process (transport/responder_copy.cpp).
 #include "two_process.hpp"
 
 #include <dirent.h>
@@ -31,13 +34,17 @@ constexpr size_t kBig = 2 << 20;  // the big WRITE / READ, at offset kBig
 
 using namespace two_proc;
 
-enum class Between { udp, shm };
+enum class Between { udp, shm, shm_copy };
+
+bool through_shm(Between path) { return path != Between::udp; }
 
 // Each variant on an address of its own: ctest may run them side by side,
 // and the Shm variant counts every packet its NIC received -- a datagram
 // the Udp variant's processes sent to a slot that had gone (the shared
 // port's default position takes it) would be one too many.
-const char* address_of(Between path) { return path == Between::udp ? kAddr : "127.0.93.2"; }
+const char* address_of(Between path) {
+  return path == Between::udp ? kAddr : path == Between::shm ? "127.0.93.2" : "127.0.93.3";
+}
 
 // Every packet the NIC of `e` received came through its ring (none by UDP).
 // Returns how many it received; 0 on a mismatch.
@@ -56,6 +63,7 @@ uint64_t all_through_ring(const End& e) {
     std::printf("pid %d: %llu packets, %llu through the ring, ICRC bad %llu, solved %llu\n", int(getpid()),
                 (unsigned long long)c.rx_packets, (unsigned long long)via_ring, (unsigned long long)c.rx_icrc_bad,
                 (unsigned long long)c.rx_icrc_id_solved);
+    std::fflush(stdout);  // (the child leaves by _exit)
     return 0;
   }
   return via_ring;
@@ -86,17 +94,27 @@ int child_main(int in, int out, Between path) {
   fill_pattern(e.buf.data() + 700000, 30000, 4);
   if (!e.post(8, WrOpcode::send, 700000, 30000) || !e.complete(WcOpcode::send, 30000, 8)) return 6;
   if (!expect_cmd(in, 'D')) return 7;
-  if (path == Between::shm && all_through_ring(e) < 100) return 15;
+  // (Fewer where the WRITEs went as one-copy requests: a few dozen.)
+  if (through_shm(path) && all_through_ring(e) < (path == Between::shm_copy ? 20u : 100u)) return 15;
+  if (path == Between::shm_copy) {
+    std::lock_guard g(e.ctx->nic().mu());
+    const Counters c = e.ctx->nic().snapshot();
+    // Both WRITEs but what the window's slivers sent as packets.
+    if (c.resp_copy_bytes < 100000 + kBig - 8 * 4096 || c.resp_copy_bytes > 100000 + kBig) return 16;
+    if (c.resp_copy_refused + c.resp_copy_source_faults + c.resp_copy_untrusted != 0) return 17;
+  }
   return 0;
 }
 
-// Shm: UROCE_SHM=1 and a private UROCE_SHM_DIR for both processes; Udp:
-// UROCE_SHM=0 (shared memory is on by default).
+// Shm: UROCE_SHM=1 and a private UROCE_SHM_DIR for both processes (and
+// UROCE_SHM_COPY=1 for ShmCopy); Udp: UROCE_SHM=0 (shared memory is on by
+// default).
 struct ShmEnv {
   std::unique_ptr<ShmDir> ring_dir;
   std::string dir;
-  explicit ShmEnv(bool on) {
-    if (!on) {
+  explicit ShmEnv(Between path) {
+    ::setenv("UROCE_SHM_COPY", path == Between::shm_copy ? "1" : "0", 1);
+    if (!through_shm(path)) {
       ::setenv("UROCE_SHM", "0", 1);
       return;
     }
@@ -107,6 +125,7 @@ struct ShmEnv {
   }
   ~ShmEnv() {
     ::unsetenv("UROCE_SHM");
+    ::unsetenv("UROCE_SHM_COPY");
     if (!ring_dir) return;
     ::unsetenv("UROCE_SHM_DIR");
   }
@@ -124,8 +143,8 @@ class TwoProcess : public ::testing::TestWithParam<Between> {};
 
 TEST_P(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   const Between path = GetParam();
-  ShmEnv env(path == Between::shm);
-  if (path == Between::shm) {
+  ShmEnv env(path);
+  if (through_shm(path)) {
     ASSERT_FALSE(env.dir.empty());
   }
   int p2c[2], c2p[2];
@@ -199,8 +218,14 @@ TEST_P(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   EXPECT_TRUE(e.complete(WcOpcode::recv, 30000, 9));
   EXPECT_TRUE(e.same(800000, 4, 30000));
   EXPECT_TRUE(send_cmd(out, 'D'));
-  if (path == Between::shm) {
+  if (through_shm(path)) {
     EXPECT_GE(all_through_ring(e), 100u);
+  }
+  if (path == Between::shm_copy) {
+    std::lock_guard g(e.ctx->nic().mu());
+    const Counters c = e.ctx->nic().snapshot();
+    EXPECT_GE(c.req_copy_writes, 1u + kBig / (512u << 10));  // 100 KB in one, 2 MiB in chunks of 512 KiB
+    EXPECT_EQ(c.req_copy_naks_rcvd, 0u);
   }
   // The child exits on its own; give it the time of a few waits, no more.
   int status = -1;
@@ -213,16 +238,16 @@ TEST_P(TwoProcess, SendWriteReadAtomicsBetweenProcesses) {
   }
   ASSERT_TRUE(WIFEXITED(status)) << "child did not exit (status " << status << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child failed at step " << WEXITSTATUS(status);
-  if (path == Between::shm) {
+  if (through_shm(path)) {
     EXPECT_EQ(env.files(), 1u);  // ours; the child's NIC removed its ring
     e.close();
     EXPECT_EQ(env.files(), 0u);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Over, TwoProcess, ::testing::Values(Between::udp, Between::shm),
+INSTANTIATE_TEST_SUITE_P(Over, TwoProcess, ::testing::Values(Between::udp, Between::shm, Between::shm_copy),
                          [](const ::testing::TestParamInfo<Between>& i) {
-                           return i.param == Between::udp ? "Udp" : "Shm";
+                           return i.param == Between::udp ? "Udp" : i.param == Between::shm ? "Shm" : "ShmCopy";
                          });
 
 }  // namespace

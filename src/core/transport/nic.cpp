@@ -214,6 +214,11 @@ Status Nic::open_io(const IoFactory* factory) {
     auto pio = net::PcapIo::wrap(std::move(io_), pcap, *count);
     if (!pio.ok()) return pio.status();
     io_ = std::move(*pio);
+    // A trace shows every byte we send as the RoCEv2 packets that carry it:
+    // no one-copy requests while tracing (a peer's still show, as
+    // UROCE_COPY_WRITE).
+    if (shm_copy_) UROCE_LOG(info, "device %s: UROCE_PCAP: WRITEs go as packets while tracing", cfg_.name.c_str());
+    shm_copy_ = false;
   }
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());
