@@ -10,6 +10,7 @@ namespace {
 
 constexpr std::array<uint8_t, 4> kRequestMagic{'u', 'R', 'C', 'W'};
 constexpr std::array<uint8_t, 4> kNakMagic{'u', 'R', 'C', 'N'};
+constexpr std::array<uint8_t, 4> kDoneMagic{'u', 'R', 'C', 'D'};
 
 bool magic_ok(Reader& r, const std::array<uint8_t, 4>& magic) noexcept {
   std::span<const uint8_t> m;
@@ -20,7 +21,7 @@ bool magic_ok(Reader& r, const std::array<uint8_t, 4>& magic) noexcept {
 
 }  // namespace
 
-size_t write_copy_request(const CopyWrite& w, std::span<uint8_t> out) noexcept {
+size_t write_copy_request(const CopyRequest& w, std::span<uint8_t> out) noexcept {
   if (w.ranges.size() > kCopyMaxRanges) return 0;
   Writer wr(out);
   const bool ok = wr.bytes(kRequestMagic) && wr.u8(kCopyVersion) && wr.u8(w.flags) &&
@@ -32,9 +33,9 @@ size_t write_copy_request(const CopyWrite& w, std::span<uint8_t> out) noexcept {
   return wr.position();
 }
 
-std::optional<CopyWrite> parse_copy_request(std::span<const uint8_t> payload) {
+std::optional<CopyRequest> parse_copy_request(std::span<const uint8_t> payload) {
   Reader r(payload);
-  CopyWrite w;
+  CopyRequest w;
   uint16_t n = 0;
   uint32_t reserved = 0;
   if (!magic_ok(r, kRequestMagic) || !r.u8(w.flags) || !r.u16(n) || !r.u32(w.packets) || !r.u32(w.bytes) ||
@@ -67,8 +68,23 @@ std::optional<CopyNakReason> parse_copy_nak(std::span<const uint8_t> payload) no
   Reader r(payload);
   uint8_t why = 0;
   if (payload.size() != kCopyNakLen || !magic_ok(r, kNakMagic) || !r.u8(why)) return std::nullopt;
-  if (why != uint8_t(CopyNakReason::refused) && why != uint8_t(CopyNakReason::source_fault)) return std::nullopt;
+  if (why != uint8_t(CopyNakReason::refused) && why != uint8_t(CopyNakReason::requester_fault)) return std::nullopt;
   return CopyNakReason(why);
+}
+
+std::array<uint8_t, kCopyDoneLen> copy_done_payload(uint32_t packets) noexcept {
+  std::array<uint8_t, kCopyDoneLen> p{};
+  Writer w(p);
+  (void)(w.bytes(kDoneMagic) && w.u8(kCopyVersion) && w.zeros(3) && w.u32(packets));
+  return p;
+}
+
+std::optional<uint32_t> parse_copy_done(std::span<const uint8_t> payload) noexcept {
+  Reader r(payload);
+  uint32_t packets = 0;
+  if (payload.size() != kCopyDoneLen || !magic_ok(r, kDoneMagic) || !r.skip(3) || !r.u32(packets) || packets == 0)
+    return std::nullopt;
+  return packets;
 }
 
 }  // namespace uroce::wire

@@ -85,6 +85,8 @@ enum class Opcode : uint8_t {
   uroce_sack = 0xc1,
   uroce_copy_write = 0xc2,
   uroce_copy_nak = 0xc3,
+  uroce_copy_read = 0xc4,
+  uroce_copy_read_done = 0xc5,
 };
 
 // `uroce`: the manufacturer-specific opcodes above, addressed to an RC QP.
@@ -248,6 +250,8 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() noexcept {
   t[0xc1] = make_info("UROCE_SACK", Service::uroce, op::kOnly | op::kPayload);
   t[0xc2] = make_info("UROCE_COPY_WRITE", Service::uroce, op::kOnly | op::kPayload);
   t[0xc3] = make_info("UROCE_COPY_NAK", Service::uroce, op::kOnly | op::kPayload);
+  t[0xc4] = make_info("UROCE_COPY_READ", Service::uroce, op::kOnly | op::kPayload);
+  t[0xc5] = make_info("UROCE_COPY_READ_DONE", Service::uroce, op::kOnly | op::kPayload);
   return t;
 }
 

@@ -1,12 +1,14 @@
-// The one-copy WRITE between same-host peers (docs/one_copy_design.md,
-// requester_copy.cpp, responder_copy.cpp): large RC WRITEs over shared
-// memory go as UROCE_COPY_WRITE requests whose bytes the responder pulls
-// with process_vm_readv.  Checked here: the bytes, byte for byte, at sizes
-// around the chunk and packet edges, through several SGEs; the counters
-// that show which path carried them; the same completions and QP states
-// as packets give when a key, the requester's or the responder's memory
-// is bad; the fall-back to packets when the copy is refused; and that a
-// request arriving by UDP moves nothing.
+// The one-copy WRITE and READ between same-host peers
+// (docs/one_copy_design.md, requester_copy.cpp, responder_copy.cpp): large
+// RC WRITEs over shared memory go as UROCE_COPY_WRITE requests whose bytes
+// the responder pulls with process_vm_readv, large READs as
+// UROCE_COPY_READ requests it answers with process_vm_writev.  Checked
+// here: the bytes, byte for byte, at sizes around the chunk and packet
+// edges, through several SGEs; the counters that show which path carried
+// them; the same completions and QP states as packets give when a key, the
+// requester's or the responder's memory is bad; the fall-back to packets
+// when the copy is refused; and that a request arriving by UDP moves
+// nothing.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -102,8 +104,48 @@ TEST_P(RcCopy, WritesLandByteForByte) {
   EXPECT_EQ(b.resp_copy_writes, a.req_copy_writes);  // none lost, none refused
   EXPECT_EQ(a.req_copy_bytes, copied_bytes);
   EXPECT_EQ(a.req_copy_naks_rcvd, 0u);
-  EXPECT_EQ(b.resp_copy_refused + b.resp_copy_source_faults + b.resp_copy_untrusted, 0u);
+  EXPECT_EQ(b.resp_copy_refused + b.resp_copy_requester_faults + b.resp_copy_untrusted, 0u);
   EXPECT_EQ(b.resp_qp_errors, 0u);
+}
+
+// READs of the same sizes: every byte lands in the requester's memory,
+// nothing past the end, and each READ of 32 KiB or more came in one-copy
+// pushes alone (not one response packet), each at most a window.
+TEST_P(RcCopy, ReadsLandByteForByte) {
+  Pair p(copy_options(GetParam()));
+  const uint32_t mtu = mtu_bytes(GetParam());
+  const std::vector<uint32_t> sizes = {4096,           (32u << 10) - 1,      32u << 10,     (64u << 10) + 1, 1u << 20,
+                                       (1u << 20) + 3, (1u << 20) + mtu - 1, (4u << 20) + 7};
+  uint64_t id = 1;
+  for (const uint32_t len : sizes) {
+    SCOPED_TRACE(::testing::Message() << "READ of " << len << " bytes at MTU " << mtu);
+    const size_t src_off = 7, dst_off = 4096 + 1;
+    sync_with(p);
+    fill_pattern(p.b.buf.data() + src_off, len, uint32_t(len * 17 + id));
+    std::memset(p.a.buf.data() + dst_off, kPoison, len + kGuard);
+    const Counters a0 = p.a.counters(), b0 = p.b.counters();
+    SendWr wr = write_wr(id, WrOpcode::rdma_read, p.b, src_off);
+    ASSERT_TRUE(post_write(*p.a.qp, wr, {p.a.sge(dst_off, len)}).ok());
+    auto wc = poll_n(*p.a.scq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WcStatus::success);
+    EXPECT_EQ(wc[0].opcode, WcOpcode::rdma_read);
+    EXPECT_EQ(wc[0].byte_len, len);
+    sync_with(p);
+    EXPECT_EQ(first_diff(p.a.buf.data() + dst_off, p.b.buf.data() + src_off, len), -1);
+    for (size_t i = 0; i < kGuard; ++i)
+      ASSERT_EQ(p.a.buf[dst_off + len + i], kPoison) << "byte " << i << " past the end";
+    const Counters a1 = p.a.counters(), b1 = p.b.counters();
+    const bool copied = len >= (32u << 10);
+    EXPECT_EQ(a1.req_copy_read_bytes - a0.req_copy_read_bytes, copied ? len : 0u);
+    EXPECT_EQ(b1.resp_copy_read_bytes - b0.resp_copy_read_bytes, copied ? len : 0u);
+    const uint64_t window = std::min<uint64_t>(256, (1u << 20) / mtu) * mtu;  // bytes of one READ request
+    EXPECT_EQ(b1.resp_copy_reads - b0.resp_copy_reads, copied ? (len + window - 1) / window : 0u);
+    EXPECT_EQ(b1.resp_read_packets - b0.resp_read_packets, copied ? 0u : (len + mtu - 1) / mtu);
+    ++id;
+  }
+  EXPECT_EQ(p.a.counters().req_copy_naks_rcvd, 0u);
+  EXPECT_EQ(p.b.counters().resp_qp_errors, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mtus, RcCopy, ::testing::Values(Mtu::m1024, Mtu::m4096),
@@ -153,6 +195,35 @@ TEST(RcCopyMore, WriteWithImmediateFromSeveralSges) {
   EXPECT_EQ(drain(*p.b.rcq, 20).size(), 0u);
 }
 
+// A READ into three SGEs of odd lengths: the bytes in order.
+TEST(RcCopyMore, ReadIntoSeveralSges) {
+  Pair p(copy_options());
+  const std::vector<uint32_t> lens = {100003, 1, 300000};
+  std::vector<Sge> sges;
+  size_t off = 5, total = 0;
+  sync_with(p);
+  for (const uint32_t l : lens) {
+    std::memset(p.a.buf.data() + off, kPoison, l + 1);
+    sges.push_back(p.a.sge(off, l));
+    off += l + 999;
+    total += l;
+  }
+  fill_pattern(p.b.buf.data(), total, 99);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(4, WrOpcode::rdma_read, p.b, 0), sges).ok());
+  auto wc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  sync_with(p);
+  size_t at = 0;
+  for (const Sge& s : sges) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(uintptr_t(s.addr));
+    EXPECT_EQ(first_diff(q, p.b.buf.data() + at, s.length), -1) << "SGE at byte " << at;
+    EXPECT_EQ(q[s.length], kPoison);
+    at += s.length;
+  }
+  EXPECT_EQ(p.b.counters().resp_copy_read_bytes, total);
+}
+
 // Without the option nothing goes in requests.
 TEST(RcCopyMore, OffUnlessAskedFor) {
   Pair p(copy_options(Mtu::m4096, false));
@@ -166,32 +237,96 @@ TEST(RcCopyMore, OffUnlessAskedFor) {
   EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), 1u << 20), -1);
   EXPECT_EQ(p.a.counters().req_copy_writes, 0u);
   EXPECT_GE(p.b.counters().shm_rx_packets, 256u);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(2, WrOpcode::rdma_read, p.b, 0), {p.a.sge(2u << 20, 1u << 20)}).ok());
+  wc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(p.a.counters().req_copy_reads, 0u);
+  EXPECT_EQ(p.b.counters().resp_read_packets, 256u);
 }
 
-// What the responder sees of a bad WRITE does not depend on the path: a
-// wrong rkey and a range past the region's end both complete
+// What the responder sees of a bad WRITE or READ does not depend on the
+// path: a wrong rkey and a range past the region's end both complete
 // REM_ACCESS_ERR, the responder's QP goes to ERR, counted by cause.
 TEST(RcCopyMore, BadKeysFailAsWithPackets) {
+  for (const bool copy : {false, true})
+    for (const WrOpcode op : {WrOpcode::rdma_write, WrOpcode::rdma_read}) {
+      SCOPED_TRACE(::testing::Message() << (copy ? "one copy, " : "packets, ")
+                                        << (op == WrOpcode::rdma_read ? "READ" : "WRITE"));
+      for (const int bad : {0, 1}) {
+        Pair p(copy_options(Mtu::m4096, copy));
+        SendWr wr = write_wr(1, op, p.b, 0);
+        const std::vector<Sge> sges = {p.a.sge(0, 1u << 20)};
+        if (bad == 0)
+          wr.rkey ^= 0x100;
+        else
+          wr.remote_addr = p.b.addr(kBuf - (512u << 10));  // runs past the end
+        ASSERT_TRUE(post_write(*p.a.qp, wr, sges).ok());
+        auto wc = poll_n(*p.a.scq, 1);
+        ASSERT_EQ(wc.size(), 1u);
+        EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
+        EXPECT_TRUE(wait_until([&] { return p.b.qp->query().qp_state == QpState::err; }));
+        const Counters b = p.b.counters();
+        EXPECT_EQ(bad == 0 ? b.resp_rkey_errors : b.resp_bounds_errors, 1u);
+        EXPECT_EQ(b.resp_copy_bytes + b.resp_copy_read_bytes, 0u);
+      }
+    }
+}
+
+// The responder's region re-protected (no access) after registration: a
+// READ of it is REM_ACCESS_ERR on both paths, counted as a memory fault.
+TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
   for (const bool copy : {false, true}) {
     SCOPED_TRACE(copy ? "one copy" : "packets");
-    for (const int bad : {0, 1}) {
-      Pair p(copy_options(Mtu::m4096, copy));
-      SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
-      const std::vector<Sge> sges = {p.a.sge(0, 1u << 20)};
-      if (bad == 0)
-        wr.rkey ^= 0x100;
-      else
-        wr.remote_addr = p.b.addr(kBuf - (512u << 10));  // runs past the end
-      ASSERT_TRUE(post_write(*p.a.qp, wr, sges).ok());
-      auto wc = poll_n(*p.a.scq, 1);
-      ASSERT_EQ(wc.size(), 1u);
-      EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
-      EXPECT_TRUE(wait_until([&] { return p.b.qp->query().qp_state == QpState::err; }));
-      const Counters b = p.b.counters();
-      EXPECT_EQ(bad == 0 ? b.resp_rkey_errors : b.resp_bounds_errors, 1u);
-      EXPECT_EQ(b.resp_copy_bytes, 0u);
-    }
+    Pair p(copy_options(Mtu::m4096, copy));
+    const size_t len = 1u << 20;
+    uint8_t* q =
+        static_cast<uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(q, MAP_FAILED);
+    auto mr = reg_mr(*p.b.pd, q, len, access::kLocalWrite | access::kRemoteRead);
+    ASSERT_TRUE(mr);
+    ASSERT_EQ(::mprotect(q, len, PROT_NONE), 0);
+    SendWr wr = write_wr(1, WrOpcode::rdma_read, p.b, 0);
+    wr.remote_addr = uint64_t(uintptr_t(q));
+    wr.rkey = mr->rkey();
+    ASSERT_TRUE(post_write(*p.a.qp, wr, {p.a.sge(0, len)}).ok());
+    auto wc = poll_n(*p.a.scq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
+    const Counters b = p.b.counters();
+    EXPECT_EQ(b.resp_memory_faults, 1u);
+    EXPECT_EQ(b.resp_copy_read_bytes, 0u);
+    mr.reset();
+    ::munmap(q, len);
   }
+}
+
+// The requester's sink re-protected read-only after registration: the
+// responder's push faults on the requester's side, answers UROCE_COPY_NAK,
+// the responses come as packets and fail to land: LOC_PROT_ERR, as without
+// the copy, and the sink is untouched.
+TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
+  Pair p(copy_options());
+  const size_t len = 1u << 20;
+  uint8_t* q = static_cast<uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(q, MAP_FAILED);
+  std::memset(q, 0x42, len);
+  auto mr = reg_mr(*p.a.pd, q, len, access::kLocalWrite);
+  ASSERT_TRUE(mr);
+  ASSERT_EQ(::mprotect(q, len, PROT_READ), 0);
+  SendWr wr = write_wr(1, WrOpcode::rdma_read, p.b, 0);
+  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{uint64_t(uintptr_t(q)), uint32_t(len), mr->lkey()}}).ok());
+  auto wc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::loc_prot_err);
+  const Counters a = p.a.counters(), b = p.b.counters();
+  EXPECT_EQ(b.resp_copy_requester_faults, 1u);
+  EXPECT_EQ(a.req_copy_naks_rcvd, 1u);
+  EXPECT_EQ(b.resp_copy_read_bytes, 0u);
+  EXPECT_EQ(b.resp_qp_errors, 0u);
+  for (size_t i = 0; i < len; i += 512) ASSERT_EQ(q[i], 0x42) << i;
+  mr.reset();
+  ::munmap(q, len);
 }
 
 // The responder's region re-protected read-only after registration: the
@@ -216,7 +351,7 @@ TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
   const Counters b = p.b.counters();
   EXPECT_EQ(b.resp_memory_faults, 1u);
   EXPECT_EQ(b.resp_copy_bytes, 0u);
-  EXPECT_EQ(b.resp_copy_source_faults, 0u);
+  EXPECT_EQ(b.resp_copy_requester_faults, 0u);
   for (size_t i = 0; i < len; i += 4096) ASSERT_EQ(q[i], 0x3c) << i;
   mr.reset();
   ::munmap(q, len);
@@ -243,7 +378,7 @@ TEST(RcCopyMore, RequesterSourceGoneFallsBackThenLocalProtectionError) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, WcStatus::loc_prot_err);
   const Counters a = p.a.counters(), b = p.b.counters();
-  EXPECT_EQ(b.resp_copy_source_faults, 1u);
+  EXPECT_EQ(b.resp_copy_requester_faults, 1u);
   EXPECT_EQ(a.req_copy_naks_rcvd, 1u);
   EXPECT_EQ(b.resp_copy_bytes, 0u);
   EXPECT_EQ(b.resp_qp_errors, 0u);  // the responder is fine
@@ -299,6 +434,16 @@ TEST(RcCopyMore, RefusedCopyFallsBackToPackets) {
     EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data() + 1, len), -1);
     EXPECT_EQ(p.b.buf[len], kPoison);
   }
+  // READs after it come as response packets, byte for byte.
+  sync_with(p);
+  fill_pattern(p.b.buf.data() + 8, len, 77);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(9, WrOpcode::rdma_read, p.b, 8), {p.a.sge(3, len)}).ok());
+  auto rwc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(rwc.size(), 1u);
+  EXPECT_EQ(rwc[0].status, WcStatus::success);
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.a.buf.data() + 3, p.b.buf.data() + 8, len), -1);
+  EXPECT_EQ(p.a.counters().req_copy_reads, 0u);
   const Counters a = p.a.counters(), b = p.b.counters();
   // The first request was refused; those A sent behind it before the NAK
   // came (at most a window: 1 MiB, two chunks of 512 KiB) were dropped as
@@ -311,30 +456,17 @@ TEST(RcCopyMore, RefusedCopyFallsBackToPackets) {
   EXPECT_EQ(b.resp_qp_errors, 0u);
 }
 
-// A UROCE_COPY_WRITE that arrives as a UDP datagram -- from the peer's
-// address, at the expected PSN, naming memory of this very process -- is
-// dropped and counted: only our ring can carry one.  The QP goes on.
-TEST(RcCopyMore, RequestByUdpIsDroppedNotCopied) {
+// A UROCE_COPY_WRITE or UROCE_COPY_READ that arrives as a UDP datagram --
+// from the peer's address, at the expected PSN, naming memory of this very
+// process -- is dropped and counted: only our ring can carry one.  Not a
+// byte moves either way, and the QP goes on.
+TEST(RcCopyMore, RequestsByUdpAreDroppedNotCopied) {
   Pair p(copy_options());
+  constexpr uint32_t kLen = 64u << 10;
   sync_with(p);
-  fill_pattern(p.a.buf.data(), 64u << 10, 3);
-  std::memset(p.b.buf.data(), kPoison, 64u << 10);
-  wire::CopyWrite c;
-  c.flags = wire::kCopyFirst | wire::kCopyLast;
-  c.packets = 16;
-  c.bytes = 64u << 10;
-  c.va = p.b.addr(0);
-  c.rkey = p.b.mr->rkey();
-  c.length = c.bytes;
-  c.ranges = {{p.a.addr(0), c.bytes}};
-  std::vector<uint8_t> payload(1024);
-  payload.resize(wire::write_copy_request(c, payload));
-  ASSERT_FALSE(payload.empty());
-  wire::Headers h;
-  h.bth.opcode = uint8_t(wire::Opcode::uroce_copy_write);
-  h.bth.dest_qp = p.b.qp->qpn();
-  h.bth.psn = p.opt.psn_a;
-  h.bth.ack_req = true;
+  fill_pattern(p.a.buf.data(), kLen, 3);
+  std::memset(p.b.buf.data(), kPoison, kLen);
+  std::memset(p.a.buf.data() + kLen, 0x11, kLen);  // where the forged READ would put B's bytes
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in me{};
@@ -343,30 +475,51 @@ TEST(RcCopyMore, RequestByUdpIsDroppedNotCopied) {
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me), 0);
   socklen_t sl = sizeof me;
   ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &sl), 0);
-  wire::IpUdpFields ip;
-  ip.src = p.a.gid();
-  ip.dst = p.b.gid();
-  ip.src_port = ntohs(me.sin_port);
-  ip.dst_port = p.b.endpoint().port;
-  const std::vector<uint8_t> dgram = make_udp_payload(h, payload, ip);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(0x7f000002);
-  to.sin_port = htons(p.b.endpoint().port);
-  ASSERT_EQ(::sendto(fd, dgram.data(), dgram.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
-            ssize_t(dgram.size()));
+  uint64_t sent = 0;
+  for (const wire::Opcode op : {wire::Opcode::uroce_copy_write, wire::Opcode::uroce_copy_read}) {
+    const bool write = op == wire::Opcode::uroce_copy_write;
+    wire::CopyRequest c;
+    c.flags = write ? wire::kCopyFirst | wire::kCopyLast : 0;
+    c.packets = kLen / 4096;
+    c.bytes = c.length = kLen;
+    c.va = p.b.addr(0);
+    c.rkey = p.b.mr->rkey();
+    c.ranges = {{p.a.addr(write ? 0 : kLen), kLen}};
+    std::vector<uint8_t> payload(1024);
+    payload.resize(wire::write_copy_request(c, payload));
+    ASSERT_FALSE(payload.empty());
+    wire::Headers h;
+    h.bth.opcode = uint8_t(op);
+    h.bth.dest_qp = p.b.qp->qpn();
+    h.bth.psn = p.opt.psn_a;
+    h.bth.ack_req = true;
+    wire::IpUdpFields ip;
+    ip.src = p.a.gid();
+    ip.dst = p.b.gid();
+    ip.src_port = ntohs(me.sin_port);
+    ip.dst_port = p.b.endpoint().port;
+    const std::vector<uint8_t> dgram = make_udp_payload(h, payload, ip);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(0x7f000002);
+    to.sin_port = htons(p.b.endpoint().port);
+    ASSERT_EQ(::sendto(fd, dgram.data(), dgram.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+              ssize_t(dgram.size()));
+    ++sent;
+    EXPECT_TRUE(wait_until([&] { return p.b.counters().resp_copy_untrusted == sent; }));
+  }
   ::close(fd);
-  EXPECT_TRUE(wait_until([&] { return p.b.counters().resp_copy_untrusted == 1; }));
   sync_with(p);
-  for (size_t i = 0; i < (64u << 10); ++i) ASSERT_EQ(p.b.buf[i], kPoison) << i;
-  EXPECT_EQ(p.b.counters().resp_copy_bytes, 0u);
+  for (size_t i = 0; i < kLen; ++i) ASSERT_EQ(p.b.buf[i], kPoison) << i;
+  for (size_t i = 0; i < kLen; ++i) ASSERT_EQ(p.a.buf[kLen + i], 0x11) << i;
+  EXPECT_EQ(p.b.counters().resp_copy_bytes + p.b.counters().resp_copy_read_bytes, 0u);
   // The QP is untouched: a real WRITE at that PSN goes through.
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, 64u << 10)}).ok());
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}).ok());
   auto wc = poll_n(*p.a.scq, 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, WcStatus::success);
   sync_with(p);
-  EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), 64u << 10), -1);
+  EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), kLen), -1);
   EXPECT_EQ(p.b.counters().resp_copy_writes, 1u);
 }
 

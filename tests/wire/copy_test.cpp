@@ -11,8 +11,8 @@ namespace {
 
 using test::to_hex;
 
-CopyWrite sample() {
-  CopyWrite w;
+CopyRequest sample() {
+  CopyRequest w;
   w.flags = kCopyFirst | kCopyImm;
   w.packets = 3;
   w.bytes = 0x3000;
@@ -46,7 +46,7 @@ TEST(wire_copy, RequestByteForByte) {
             "00002000");
   const auto back = parse_copy_request({buf.data(), n});
   ASSERT_TRUE(back);
-  const CopyWrite w = sample();
+  const CopyRequest w = sample();
   EXPECT_EQ(back->flags, w.flags);
   EXPECT_EQ(back->packets, w.packets);
   EXPECT_EQ(back->bytes, w.bytes);
@@ -60,7 +60,7 @@ TEST(wire_copy, RequestByteForByte) {
 TEST(wire_copy, WriterRefusesWhatDoesNotFit) {
   std::array<uint8_t, kCopyHeaderLen + kCopyRangeLen> small{};
   EXPECT_EQ(write_copy_request(sample(), small), 0u);  // one range short
-  CopyWrite many = sample();
+  CopyRequest many = sample();
   many.ranges.assign(kCopyMaxRanges + 1, CopyRange{0x1000, 1});
   std::vector<uint8_t> big(4096);
   EXPECT_EQ(write_copy_request(many, big), 0u);
@@ -86,7 +86,7 @@ TEST(wire_copy, ParserRefusesInconsistentRequests) {
   EXPECT_FALSE(mutate(14, 0x31));                                                       // bytes != sum
   EXPECT_FALSE(mutate(kCopyHeaderLen + 10, 0));                                         // an empty range
   // A range that wraps around the address space.
-  CopyWrite wrap = sample();
+  CopyRequest wrap = sample();
   wrap.ranges = {{~uint64_t(0) - 0x10, 0x3000}};
   const size_t m = write_copy_request(wrap, buf);
   ASSERT_GT(m, 0u);
@@ -94,9 +94,9 @@ TEST(wire_copy, ParserRefusesInconsistentRequests) {
 }
 
 TEST(wire_copy, NakByteForByte) {
-  const auto p = copy_nak_payload(CopyNakReason::source_fault);
+  const auto p = copy_nak_payload(CopyNakReason::requester_fault);
   EXPECT_EQ(to_hex(p), "7552434e01020000");  // "uRCN", version 1, reason 2
-  EXPECT_EQ(parse_copy_nak(p), CopyNakReason::source_fault);
+  EXPECT_EQ(parse_copy_nak(p), CopyNakReason::requester_fault);
   EXPECT_EQ(parse_copy_nak(copy_nak_payload(CopyNakReason::refused)), CopyNakReason::refused);
   auto bad = p;
   bad[5] = 9;
@@ -107,6 +107,22 @@ TEST(wire_copy, NakByteForByte) {
     b[i] ^= 0x20;
     EXPECT_FALSE(parse_copy_nak(b)) << i;
   }
+}
+
+TEST(wire_copy, ReadDoneByteForByte) {
+  const auto p = copy_done_payload(0x102);
+  EXPECT_EQ(to_hex(p),
+            "7552434401000000"
+            "00000102");  // "uRCD", version 1, reserved, 258 packets
+  EXPECT_EQ(parse_copy_done(p), 0x102u);
+  EXPECT_FALSE(parse_copy_done(copy_done_payload(0)));  // stands for no packet
+  for (size_t n = 0; n < p.size(); ++n) EXPECT_FALSE(parse_copy_done({p.data(), n})) << n;
+  for (size_t i = 0; i < 5; ++i) {
+    auto b = p;
+    b[i] ^= 0x20;
+    EXPECT_FALSE(parse_copy_done(b)) << i;
+  }
+  EXPECT_FALSE(parse_copy_done(copy_nak_payload(CopyNakReason::refused)));
 }
 
 }  // namespace

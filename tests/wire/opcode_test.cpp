@@ -85,12 +85,14 @@ constexpr Expect kExpected[] = {
     {0xc1, "UROCE_SACK", 12},
     {0xc2, "UROCE_COPY_WRITE", 12},
     {0xc3, "UROCE_COPY_NAK", 12},
+    {0xc4, "UROCE_COPY_READ", 12},
+    {0xc5, "UROCE_COPY_READ_DONE", 12},
 };
 
 TEST(wire_opcode, ExactlyTheExpectedOpcodesAreValid) {
   std::set<uint8_t> expected;
   for (const Expect& e : kExpected) expected.insert(e.opcode);
-  ASSERT_EQ(expected.size(), 65u);  // 23 RC + 12 UC + 2 UD + CNP + 23 XRC + 4 uroce
+  ASSERT_EQ(expected.size(), 67u);  // 23 RC + 12 UC + 2 UD + CNP + 23 XRC + 6 uroce
   for (unsigned op = 0; op < 256; ++op) {
     const OpcodeInfo& i = info(uint8_t(op));
     EXPECT_EQ(i.valid(), expected.count(uint8_t(op)) == 1) << "opcode " << op;

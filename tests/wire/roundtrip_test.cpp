@@ -48,7 +48,7 @@ TEST(wire_roundtrip, EveryOpcodeRandomHeadersAndPayloads) {
       EXPECT_EQ(test::make_udp_payload(p.hdr, p.payload, ip), bytes);
     }
   }
-  EXPECT_EQ(opcodes, 65);
+  EXPECT_EQ(opcodes, 67);
 }
 
 TEST(wire_roundtrip, FieldsAtTheirLimits) {

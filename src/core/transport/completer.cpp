@@ -8,6 +8,7 @@
 #include "transport/protocol.hpp"
 #include "transport/requester.hpp"
 #include "transport/sge.hpp"
+#include "wire/copy.hpp"
 #include "wire/opcode.hpp"
 
 namespace uroce::transport {
@@ -291,6 +292,45 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
   advance_una(nic, qp, una);
 }
 
+// A UROCE_COPY_READ_DONE: the responder placed `n` response packets of a
+// READ from `psn` in our memory (requester_copy.cpp).  Taken only as the
+// next responses of the READ, with nothing before it missing: otherwise it
+// is counted stale and the missing responses are asked for as for packets
+// (the gap, or the timer).
+void on_copy_read_done(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t n) noexcept {
+  RequesterState& r = qp.req;
+  uint32_t idx;
+  if (!find_wqe(qp, psn, idx) || !is_read(qp.sq.at(idx).opcode)) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  SendWqe& w = qp.sq.at(idx);
+  const uint32_t i = uint32_t(psn_diff(psn, w.first_psn));
+  if (w.done || i != w.read_done || n > w.read_req - i || read_kept(r, psn)) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  for (uint32_t k = qp.sq.head(); k != idx; ++k) {
+    const SendWqe& x = qp.sq.at(k);
+    if (!x.done && is_rd_atomic(x.opcode)) {  // an earlier response is missing
+      ++nic.counters().req_stale_responses;
+      return;
+    }
+  }
+  // As a READ response: everything before the READ was executed.
+  if (psn_before(r.una_psn, w.first_psn) && ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)) != Acked::all) return;
+  w.read_done += n;
+  read_absorb(r, w);
+  transition(qp.qpn(), r.gap, ReadGap::none);
+  const uint32_t una = psn_add(w.first_psn, w.read_done);
+  if (w.read_done == w.npkts) {
+    w.done = true;
+    --r.rd_atomic;
+    retire(nic, qp);
+  }
+  advance_una(nic, qp, una);
+}
+
 void on_atomic_ack(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   const uint32_t psn = pkt.hdr.bth.psn;
   uint32_t idx;
@@ -314,6 +354,23 @@ void on_atomic_ack(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
 }
 
 }  // namespace
+
+void copy_read_done_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  RequesterState& r = qp.req;
+  const auto n = wire::parse_copy_done(pkt.payload);
+  if (!n) {
+    ++nic.counters().rx_malformed;
+    return;
+  }
+  const uint32_t psn = pkt.hdr.bth.psn;
+  if (psn_before(psn, r.una_psn) || !psn_before(psn, r.next_psn)) {
+    ++nic.counters().req_stale_responses;
+    return;
+  }
+  on_copy_read_done(nic, qp, psn, *n);
+  settle_kept(nic, qp);
+  if ((r.probing || r.sr_check) && qp.state() != verbs::QpState::err) sr_on_progress(nic, qp, false);
+}
 
 void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   RequesterState& r = qp.req;

@@ -9,6 +9,7 @@
 #include "transport/state_enum.hpp"
 #include "transport/work_queue.hpp"
 #include "uroce/types.hpp"
+#include "wire/copy.hpp"
 
 namespace uroce::transport {
 
@@ -166,6 +167,9 @@ struct RdAtomicResource {
   uint64_t resp_va = 0;
   uint32_t resp_left = 0;   // bytes still to send
   uint32_t resp_first = 0;  // PSN of the first packet of this (re)send
+  // A one-copy READ (responder_copy.cpp): where in the requester's memory
+  // the bytes of this (re)send go, pushed in one copy; empty: as packets.
+  std::vector<wire::CopyRange> sink;
 };
 
 struct ResponderState {

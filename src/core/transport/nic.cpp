@@ -493,13 +493,18 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     const auto op = wire::Opcode(pkt.hdr.bth.opcode);
     if (op == wire::Opcode::uroce_sack_hello) {
       responder_sack_hello(*this, *qp, pkt);
-    } else if (op == wire::Opcode::uroce_copy_write) {
-      responder_copy_write(*this, *qp, pkt, raw);
+    } else if (op == wire::Opcode::uroce_copy_write || op == wire::Opcode::uroce_copy_read) {
+      if (op == wire::Opcode::uroce_copy_write)
+        responder_copy_write(*this, *qp, pkt, raw);
+      else
+        responder_copy_read(*this, *qp, pkt, raw);
       if (qp->reorder) responder_drain(*this, *qp);  // packets kept for after it
     } else if (st == verbs::QpState::rtr) {
       ++counters_.rx_bad_state;
     } else if (op == wire::Opcode::uroce_copy_nak) {
       copy_nak_receive(*this, *qp, pkt);
+    } else if (op == wire::Opcode::uroce_copy_read_done) {
+      copy_read_done_receive(*this, *qp, pkt);
     } else {
       sack_receive(*this, *qp, pkt);
     }

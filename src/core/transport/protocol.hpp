@@ -34,6 +34,9 @@ bool responder_owes_plain_ack(const QpEngine& qp) noexcept;
 // Sends only the coalesced ACK (lazy list).
 void responder_flush_ack(Nic& nic, QpEngine& qp) noexcept;
 
+// A UROCE_COPY_READ_DONE: READ responses placed by a same-host responder
+// in one copy (wire/copy.hpp).
+void copy_read_done_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 void completer_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 // A UROCE_SACK from the peer (sack.cpp): marks what it holds and has holes
 // looked for.

@@ -276,10 +276,25 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_on
   return !last;
 }
 
-// A READ request for response packets [i, i + n) of `w`.
-void send_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t i, uint32_t n) noexcept {
+// A READ request for response packets [i, i + n) of `w` (at `idx`), or its
+// one-copy request (requester_copy.cpp) for a large READ from a same-host
+// peer; `idx` ~0u: a packet.
+void send_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t i, uint32_t n, uint32_t idx = ~0u) noexcept {
   const uint32_t psn = psn_add(w.first_psn, i);
   const uint64_t off = uint64_t(i) * qp.mtu;
+  if (idx != ~0u) {
+    uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
+    if (const size_t len = build_copy_read_request(nic, qp, w, idx, i, n, {body, TxBatch::kBounce}); len > 0) {
+      wire::Headers h = base_headers(qp, w, uint8_t(Opcode::uroce_copy_read), psn);
+      h.bth.ack_req = true;
+      (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, len}, qp_tos(nic, qp));  // (reads no application memory)
+      ++nic.counters().req_copy_reads;
+      nic.counters().req_copy_read_bytes += std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off);
+      count_packet(nic, qp, psn, false, n);  // (its answer comes after the copy: no round trip)
+      pace_sent(nic, qp, kPacketOverhead);
+      return;
+    }
+  }
   wire::Headers h = base_headers(qp, w, uint8_t(Opcode::rc_read_request), psn);
   h.bth.ack_req = true;
   h.reth.va = w.remote_addr + off;
@@ -299,7 +314,7 @@ bool read_segment_due(const QpEngine& qp, const SendWqe& w) noexcept {
 
 // Emits the next READ request segment.  Returns true if the WQE still has
 // segments to request (it then holds the send queue: PSNs are in order).
-bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
+bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx) noexcept {
   RequesterState& r = qp.req;
   // A re-request (after a gap or a timeout) asks from the first missing
   // response to the end of its aligned segment, never across: it then lies
@@ -309,7 +324,7 @@ bool emit_read(Nic& nic, QpEngine& qp, SendWqe& w) noexcept {
   // got would ask for PSNs it does not know yet: it drops such requests.
   const uint32_t seg = max_window_pkts(qp);
   const uint32_t n = std::min(w.npkts, (w.read_req / seg + 1) * seg) - w.read_req;
-  send_read_request(nic, qp, w, w.read_req, n);
+  send_read_request(nic, qp, w, w.read_req, n, idx);
   w.read_req += n;
   r.send_psn = psn_add(w.first_psn, w.read_req);
   return w.read_req < w.npkts;
@@ -493,7 +508,7 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
       continue;
     }
     if (is_read(w.opcode)) {
-      if (!emit_read(nic, qp, w)) ++r.send_idx;
+      if (!emit_read(nic, qp, w, idx)) ++r.send_idx;
       continue;
     }
     if (is_atomic(w.opcode)) {

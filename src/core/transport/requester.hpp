@@ -135,7 +135,12 @@ uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept;
 // Writes the request for `k` packets of `w` (at `idx`) from the next into
 // `out`: its length, 0 if a local key, PD or bound check failed.
 size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k, std::span<uint8_t> out) noexcept;
-// A UROCE_COPY_NAK: WRITEs go as packets, again from its PSN.
+// Writes a UROCE_COPY_READ for response packets [i, i + n) of READ `w` (at
+// `idx`) into `out`: its length, 0 if they are to come as packets (not
+// asked for, not to a ring, too small, the sink not writable).
+size_t build_copy_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t i, uint32_t n,
+                               std::span<uint8_t> out) noexcept;
+// A UROCE_COPY_NAK: WRITEs and READs go as packets, again from its PSN.
 void copy_nak_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 // Retires completed WQEs from the SQ head in order, with their completions.
 void retire(Nic& nic, QpEngine& qp) noexcept;

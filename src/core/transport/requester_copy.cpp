@@ -30,13 +30,46 @@ bool is_write(verbs::WrOpcode op) noexcept {
   return op == verbs::WrOpcode::rdma_write || op == verbs::WrOpcode::rdma_write_with_imm;
 }
 
+// Whether `w` may go in one-copy requests at all.
+bool copy_allowed(Nic& nic, const QpEngine& qp, const SendWqe& w) noexcept {
+  return nic.shm_copy() && !qp.req.copy_off && qp.type() == verbs::QpType::rc && !w.is_inline &&
+         w.length >= kCopyMinBytes && w.num_sge <= wire::kCopyMaxRanges;
+}
+
+bool to_ring(Nic& nic, const QpEngine& qp) noexcept {
+  net::RingOwner owner;
+  return nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner);
+}
+
+// Bytes [off, off + len) of `w`'s scatter/gather list as ranges of our
+// address space, each piece resolved through its lkey (key, PD, bounds,
+// `need`) as gather() and scatter() do for a packet.  False if a check
+// failed or the list is short.
+bool local_ranges(QpEngine& qp, const SendWqe& w, uint32_t idx, uint64_t off, uint32_t len, uint32_t need,
+                  std::vector<wire::CopyRange>& out) {
+  std::span<const verbs::Sge> sges{qp.sq.sges(idx), w.num_sge};
+  out.reserve(sges.size());
+  for (const verbs::Sge& sge : sges) {
+    if (len == 0) break;
+    if (off >= sge.length) {
+      off -= sge.length;
+      continue;
+    }
+    const uint32_t n = uint32_t(std::min<uint64_t>(sge.length - off, len));
+    const uint8_t* p = qp.mem().local(sge.lkey, sge.addr + off, n, need);
+    if (!p) return false;
+    out.push_back({uint64_t(uintptr_t(p)), n});
+    len -= n;
+    off = 0;
+  }
+  return len == 0;
+}
+
 }  // namespace
 
 uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept {
   const RequesterState& r = qp.req;
-  if (!nic.shm_copy() || r.copy_off || qp.type() != verbs::QpType::rc || !is_write(w.opcode) || w.is_inline ||
-      w.length < kCopyMinBytes || w.num_sge > wire::kCopyMaxRanges || r.force_ack)
-    return 0;
+  if (!is_write(w.opcode) || r.force_ack || !copy_allowed(nic, qp, w)) return 0;
   // The window, as requester_produce checks it for one packet.
   const uint32_t flying = in_flight(r), ahead = uint32_t(psn_diff(r.send_psn, r.una_psn));
   const uint32_t room = std::min(window_pkts(qp) > flying ? window_pkts(qp) - flying : 0,
@@ -50,15 +83,13 @@ uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept {
   const uint32_t k = std::min({left, room, chunk});
   // A sliver of the window goes as packets: it opens again by chunks.
   if (k < std::min<uint32_t>(left, 4)) return 0;
-  net::RingOwner owner;
-  if (!nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner)) return 0;  // not through shared memory
-  return k;
+  return to_ring(nic, qp) ? k : 0;
 }
 
 size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k, std::span<uint8_t> out) noexcept {
   const RequesterState& r = qp.req;
   const uint64_t off = uint64_t(r.send_pkt) * qp.mtu;
-  wire::CopyWrite c;
+  wire::CopyRequest c;
   c.bytes = uint32_t(std::min<uint64_t>(uint64_t(k) * qp.mtu, w.length - off));
   c.packets = k;
   const bool first = r.send_pkt == 0;
@@ -73,26 +104,25 @@ size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t
     c.flags |= wire::kCopyImm;
     c.imm = w.imm;
   }
-  // Our memory, as the responder will read it: each piece resolved through
-  // its lkey (key, PD, bounds) as gather() does for a packet.
-  std::span<const verbs::Sge> sges{qp.sq.sges(idx), w.num_sge};
-  uint64_t skip = off;
-  uint32_t want = c.bytes;
-  c.ranges.reserve(sges.size());
-  for (const verbs::Sge& sge : sges) {
-    if (want == 0) break;
-    if (skip >= sge.length) {
-      skip -= sge.length;
-      continue;
-    }
-    const uint32_t n = uint32_t(std::min<uint64_t>(sge.length - skip, want));
-    const uint8_t* p = qp.mem().local(sge.lkey, sge.addr + skip, n, 0);
-    if (!p) return 0;
-    c.ranges.push_back({uint64_t(uintptr_t(p)), n});
-    want -= n;
-    skip = 0;
-  }
-  if (want != 0) return 0;
+  // Our memory, as the responder will read it.
+  if (!local_ranges(qp, w, idx, off, c.bytes, 0, c.ranges)) return 0;
+  return wire::write_copy_request(c, out);
+}
+
+size_t build_copy_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t i, uint32_t n,
+                               std::span<uint8_t> out) noexcept {
+  if (!copy_allowed(nic, qp, w) || !to_ring(nic, qp)) return 0;
+  const uint64_t off = uint64_t(i) * qp.mtu;
+  wire::CopyRequest c;
+  c.packets = n;
+  c.bytes = uint32_t(std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off));
+  c.va = w.remote_addr + off;
+  c.rkey = w.rkey;
+  c.length = c.bytes;
+  if (c.bytes == 0 || c.bytes > wire::kCopyMaxBytes) return 0;
+  // Where the responder will put the bytes: memory we may write (else the
+  // responses come as packets, and fail there as they would).
+  if (!local_ranges(qp, w, idx, off, c.bytes, verbs::access::kLocalWrite, c.ranges)) return 0;
   return wire::write_copy_request(c, out);
 }
 

@@ -327,10 +327,11 @@ bool resources_full(Nic& nic, const QpEngine& qp) noexcept {
   return true;
 }
 
-void on_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+}  // namespace
+
+void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
+                    std::vector<wire::CopyRange>&& sink) noexcept {
   ResponderState& s = qp.resp;
-  const wire::Reth& reth = pkt.hdr.reth;
-  const uint32_t psn = pkt.hdr.bth.psn;
   if (reth.length > kMaxMessage) {  // more PSNs than half the sequence space
     ++nic.counters().resp_len_errors;
     fail_request(nic, qp, psn, NakCode::invalid_request, WcStatus::success);
@@ -355,10 +356,49 @@ void on_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   r.resp_first = r.resp_psn = psn;
   r.resp_va = reth.va;
   r.resp_left = reth.length;
+  r.sink = std::move(sink);
   ++s.res_pending;
   s.epsn = psn_add(psn, r.npkts);
   s.msn = psn_add(s.msn, 1);
   nic.schedule(qp);
+}
+
+bool responder_reread(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
+                      std::vector<wire::CopyRange>&& sink) noexcept {
+  ResponderState& s = qp.resp;
+  for (RdAtomicResource& r : s.res) {
+    const int32_t d = psn_diff(psn, r.psn);
+    if (!r.is_read || d < 0 || uint32_t(d) >= r.npkts) continue;
+    // Read again: the request may ask for the tail only (a retry after a
+    // gap), and run on into later requests of the same READ, but never
+    // past the PSNs requested so far (it would take PSNs not yet ours).
+    const uint64_t npkts = reth.length == 0 ? 1 : (uint64_t(reth.length) + qp.mtu - 1) / qp.mtu;
+    if (reth.length > kMaxMessage || npkts > uint64_t(-psn_diff(psn, s.epsn))) {
+      ++nic.counters().resp_len_errors;
+      return true;
+    }
+    if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
+      fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
+      return true;
+    }
+    ++nic.counters().resp_dup_reads;
+    if (!r.pending) ++s.res_pending;
+    r.pending = true;
+    r.rkey = reth.rkey;
+    r.resp_first = r.resp_psn = psn;
+    r.resp_va = reth.va;
+    r.resp_left = reth.length;
+    r.sink = std::move(sink);
+    nic.schedule(qp);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+void on_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
+  responder_read(nic, qp, pkt.hdr.bth.psn, pkt.hdr.reth, {});
 }
 
 void on_atomic(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
@@ -425,32 +465,11 @@ void on_duplicate(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     if (pkt.hdr.bth.ack_req) responder_ack(nic, qp, psn_add(s.epsn, kPsnMask), Answerable::no);
     return;
   }
+  if ((flags & op::kRead) && responder_reread(nic, qp, psn, pkt.hdr.reth, {})) return;
   for (RdAtomicResource& r : s.res) {
     const int32_t d = psn_diff(psn, r.psn);
     if (d < 0 || uint32_t(d) >= r.npkts) continue;
-    if ((flags & op::kRead) && r.is_read) {
-      // Read again: the request may ask for the tail only (a retry after a
-      // gap), and run on into later requests of the same READ, but never
-      // past the PSNs requested so far (it would take PSNs not yet ours).
-      const wire::Reth& reth = pkt.hdr.reth;
-      const uint64_t npkts = reth.length == 0 ? 1 : (uint64_t(reth.length) + qp.mtu - 1) / qp.mtu;
-      if (reth.length > kMaxMessage || npkts > uint64_t(-psn_diff(psn, s.epsn))) {
-        ++nic.counters().resp_len_errors;
-        return;
-      }
-      if (reth.length && !responder_remote_ptr(nic, qp, reth.rkey, reth.va, reth.length, verbs::access::kRemoteRead)) {
-        fail_request(nic, qp, psn, NakCode::remote_access_error, WcStatus::success);
-        return;
-      }
-      ++nic.counters().resp_dup_reads;
-      if (!r.pending) ++s.res_pending;
-      r.pending = true;
-      r.rkey = reth.rkey;
-      r.resp_first = r.resp_psn = psn;
-      r.resp_va = reth.va;
-      r.resp_left = reth.length;
-      nic.schedule(qp);
-    } else if ((flags & op::kAtomic) && !r.is_read && d == 0) {
+    if ((flags & op::kAtomic) && !r.is_read && d == 0) {
       ++nic.counters().resp_dup_atomics;  // answered from the cache, not applied again
       if (!r.pending) ++s.res_pending;
       r.pending = true;

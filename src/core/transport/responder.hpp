@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "transport/engine_state.hpp"
 #include "transport/nic.hpp"
+#include "wire/copy.hpp"
 #include "wire/headers.hpp"
 
 namespace uroce::transport {
@@ -67,8 +70,24 @@ void responder_drain(Nic& nic, QpEngine& qp) noexcept;
 // sent by responder_emit_sack.
 void responder_sack_hello(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept;
 // A UROCE_COPY_WRITE: a one-copy WRITE chunk from a same-host requester
-// (responder_copy.cpp), trusted only as it came through our ring.
+// (responder_copy.cpp), trusted only as it came through our ring; and a
+// UROCE_COPY_READ.
 void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
+void responder_copy_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
+// A READ request for the responses from `psn` (a packet's RETH, or a
+// one-copy request's, with `sink`: where in the requester's memory the
+// bytes go, pushed in one copy; empty: as response packets), in order
+// (responder_read), or one executed before (responder_reread: false if no
+// READ resource holds that PSN).
+void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
+                    std::vector<wire::CopyRange>&& sink) noexcept;
+bool responder_reread(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
+                      std::vector<wire::CopyRange>&& sink) noexcept;
+// The responses of a one-copy READ resource (responder_copy.cpp): the
+// bytes pushed into the requester's memory, then one UROCE_COPY_READ_DONE;
+// or UROCE_COPY_NAK (refused, the requester's memory faulted), or the
+// REMOTE_ACCESS_ERR of a region gone.
+void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept;
 void responder_emit_sack(Nic& nic, QpEngine& qp) noexcept;
 // The remote access check (rkey, PD, QP and MR access rights, bounds):
 // the address of `len` bytes at `va`, or nullptr, counted by cause.

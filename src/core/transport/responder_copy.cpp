@@ -1,11 +1,14 @@
-// The one-copy WRITE, responder side (docs/one_copy_design.md).
+// The one-copy WRITE and READ, responder side (docs/one_copy_design.md).
 //
 // A UROCE_COPY_WRITE (wire/copy.hpp) stands for packets p .. p+k-1 of an
 // RC WRITE: it runs through the very state those packets would
 // (responder_write: the rkey, PD, rights and bounds checks, the length
 // rules, a WRITE with immediate's receive, ePSN, the ACK), and its bytes
 // come from the requester's memory in one process_vm_readv rather than
-// from payloads.
+// from payloads.  A UROCE_COPY_READ is a READ request (responder_read: the
+// checks, a resource, ePSN) whose responses, when their turn comes among
+// the others, are one process_vm_writev into the requester's memory and
+// one UROCE_COPY_READ_DONE standing for the response packets.
 //
 // Whom we trust: only a request that came through our shared-memory ring,
 // which only a process of this host and user can write to (one of UDP
@@ -50,8 +53,12 @@ void send_copy_nak(Nic& nic, QpEngine& qp, uint32_t psn, CopyNakReason why) noex
   uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
   std::copy(payload.begin(), payload.end(), body);
   (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, payload.size()}, qp_tos(nic, qp));
-  // The requester goes back to `psn` for it: requests it sent after this
-  // one draw no sequence NAK of their own.
+}
+
+// A request at the expected PSN refused: the requester goes back to it, so
+// the requests it sent after this one draw no sequence NAK of their own.
+void refuse_request(Nic& nic, QpEngine& qp, uint32_t psn, CopyNakReason why) noexcept {
+  send_copy_nak(nic, qp, psn, why);
   transition(qp.qpn(), qp.resp.seq, SeqNak::sent);
   qp.resp.nak_hi = psn;
 }
@@ -76,7 +83,7 @@ WritePlaced place_from_peer(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, 
     UROCE_LOG(info, "QP 0x%06x: cannot copy from the requester: %s; asking for packets", qp.qpn(),
               got.status().to_string().c_str());
     qp.resp.copy_refused = true;
-    send_copy_nak(nic, qp, pull.psn, CopyNakReason::refused);
+    refuse_request(nic, qp, pull.psn, CopyNakReason::refused);
     return WritePlaced::declined;
   }
   // A fault stopped it at byte n: ours, if our own byte n cannot be
@@ -87,8 +94,8 @@ WritePlaced place_from_peer(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, 
     ++c.resp_memory_faults;
     return WritePlaced::own_fault;
   }
-  ++c.resp_copy_source_faults;
-  send_copy_nak(nic, qp, pull.psn, CopyNakReason::source_fault);
+  ++c.resp_copy_requester_faults;
+  refuse_request(nic, qp, pull.psn, CopyNakReason::requester_fault);
   return WritePlaced::declined;
 }
 
@@ -110,32 +117,53 @@ const net::PeerProcess* requester_process(Nic& nic, QpEngine& qp, const net::RxP
   return qp.copy_peer.get();
 }
 
-}  // namespace
-
-void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+// The request in a UROCE_COPY_WRITE/READ if it may be acted on: it came
+// through our ring, parses, and is not ahead of the expected PSN (then the
+// packet before it was lost: asked for, the request not kept).
+std::optional<wire::CopyRequest> trusted_request(Nic& nic, QpEngine& qp, const wire::Packet& pkt,
+                                                 const net::RxPacket& raw) {
   Counters& c = nic.counters();
   if (!raw.via_ring) {
     ++c.resp_copy_untrusted;
     UROCE_LOG(debug, "drop a one-copy request from %s that did not come through shared memory",
               raw.src.to_string().c_str());
-    return;
+    return std::nullopt;
   }
-  const std::optional<wire::CopyWrite> req = wire::parse_copy_request(pkt.payload);
+  std::optional<wire::CopyRequest> req = wire::parse_copy_request(pkt.payload);
   if (!req) {
     ++c.rx_malformed;
-    return;
+    return std::nullopt;
   }
   ResponderState& s = qp.resp;
   const uint32_t psn = pkt.hdr.bth.psn;
-  const int32_t d = psn_diff(psn, s.epsn);
-  if (d > 0) {  // something before it was lost: ask for it (a request is not kept)
+  if (psn_diff(psn, s.epsn) > 0) {
     ++c.resp_future_psn;
     if (s.seq == SeqNak::clear) {
       responder_nak(nic, qp, s.epsn, NakCode::psn_sequence_error);
       s.nak_hi = psn;
     }
-    return;
+    return std::nullopt;
   }
+  // k packets: k MTUs, or fewer bytes on the last; never more than one
+  // request may move.
+  const uint64_t pkts_for_bytes = (uint64_t(req->bytes) + qp.mtu - 1) / qp.mtu;
+  if (req->bytes > wire::kCopyMaxBytes || req->packets != pkts_for_bytes) {
+    ++c.resp_len_errors;
+    if (psn == s.epsn) responder_fail(nic, qp, psn, NakCode::invalid_request);
+    return std::nullopt;
+  }
+  return req;
+}
+
+}  // namespace
+
+void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+  Counters& c = nic.counters();
+  const std::optional<wire::CopyRequest> req = trusted_request(nic, qp, pkt, raw);
+  if (!req) return;
+  ResponderState& s = qp.resp;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  const int32_t d = psn_diff(psn, s.epsn);
   if (d < 0) {  // carried out before: its ACK was lost
     ++c.resp_duplicates;
     if (pkt.hdr.bth.ack_req) responder_ack(nic, qp, psn_add(s.epsn, kPsnMask), Answerable::no);
@@ -148,19 +176,11 @@ void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const
     responder_fail(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  // k packets: k MTUs, or fewer bytes on the last (responder_write checks
-  // which); never more than one request may move.
-  const uint64_t pkts_for_bytes = (uint64_t(req->bytes) + qp.mtu - 1) / qp.mtu;
-  if (req->bytes > wire::kCopyMaxBytes || req->packets != pkts_for_bytes) {
-    ++c.resp_len_errors;
-    responder_fail(nic, qp, psn, NakCode::invalid_request);
-    return;
-  }
   const net::PeerProcess* peer = s.copy_refused ? nullptr : requester_process(nic, qp, raw);
   if (!peer) {
     ++c.resp_copy_refused;
     s.copy_refused = true;
-    send_copy_nak(nic, qp, psn, CopyNakReason::refused);
+    refuse_request(nic, qp, psn, CopyNakReason::refused);
     return;
   }
   std::vector<iovec> remote;
@@ -186,6 +206,107 @@ void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const
     ++c.resp_copy_writes;
     c.resp_copy_bytes += req->bytes;
   }
+}
+
+void responder_copy_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
+  Counters& c = nic.counters();
+  std::optional<wire::CopyRequest> req = trusted_request(nic, qp, pkt, raw);
+  if (!req) return;
+  ResponderState& s = qp.resp;
+  const uint32_t psn = pkt.hdr.bth.psn;
+  const int32_t d = psn_diff(psn, s.epsn);
+  if (req->flags != 0 || req->length != req->bytes) {
+    ++c.rx_malformed;
+    return;
+  }
+  if (d == 0 && s.msg != RespMsg::idle) {  // in the middle of a SEND or WRITE
+    transition(qp.qpn(), s.seq, SeqNak::clear);
+    ++c.resp_opcode_seq_errors;
+    responder_fail(nic, qp, psn, NakCode::invalid_request);
+    return;
+  }
+  if (s.copy_refused || !requester_process(nic, qp, raw)) {
+    ++c.resp_copy_refused;
+    s.copy_refused = true;
+    if (d == 0)
+      refuse_request(nic, qp, psn, CopyNakReason::refused);
+    else
+      send_copy_nak(nic, qp, psn, CopyNakReason::refused);
+    return;
+  }
+  wire::Reth reth;
+  reth.va = req->va;
+  reth.rkey = req->rkey;
+  reth.length = req->bytes;
+  if (d < 0) {  // asked again (the responses were lost): pushed again
+    ++c.resp_duplicates;
+    if (!responder_reread(nic, qp, psn, reth, std::move(req->ranges))) ++c.resp_dup_unmatched;
+    return;
+  }
+  transition(qp.qpn(), s.seq, SeqNak::clear);
+  responder_read(nic, qp, psn, reth, std::move(req->ranges));
+}
+
+void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
+  Counters& c = nic.counters();
+  const std::vector<wire::CopyRange> sink = std::move(r.sink);
+  r.sink.clear();
+  const uint32_t first = r.resp_psn;
+  const uint32_t bytes = r.resp_left;
+  const uint32_t n = bytes == 0 ? 1 : uint32_t((uint64_t(bytes) + qp.mtu - 1) / qp.mtu);
+  const net::PeerProcess* peer = qp.resp.copy_refused ? nullptr : qp.copy_peer.get();
+  if (!peer) {  // (refused since it was asked for)
+    ++c.resp_copy_refused;
+    send_copy_nak(nic, qp, first, CopyNakReason::refused);
+    return;
+  }
+  if (bytes) {
+    const uint8_t* src = responder_remote_ptr(nic, qp, r.rkey, r.resp_va, bytes, verbs::access::kRemoteRead);
+    if (!src) {  // deregistered since it was asked for
+      responder_fail(nic, qp, first, NakCode::remote_access_error);
+      return;
+    }
+    std::vector<iovec> remote;
+    remote.reserve(sink.size());
+    for (const wire::CopyRange& x : sink) remote.push_back({reinterpret_cast<void*>(uintptr_t(x.addr)), size_t(x.len)});
+    const iovec local{const_cast<uint8_t*>(src), bytes};
+    const Result<size_t> put = peer->write({&local, 1}, remote);
+    if (!put.ok() || *put != bytes) {
+      if (!put.ok() && put.status().code() != EFAULT) {
+        ++c.resp_copy_refused;
+        UROCE_LOG(info, "QP 0x%06x: cannot copy to the requester: %s; asking for packets", qp.qpn(),
+                  put.status().to_string().c_str());
+        qp.resp.copy_refused = true;
+        send_copy_nak(nic, qp, first, CopyNakReason::refused);
+        return;
+      }
+      // Stopped at byte k: ours if our own byte k cannot be read.
+      const uint8_t* at = src + (put.ok() ? *put : 0);
+      uint8_t probe;
+      if (!fault_guard::copy(&probe, at, 1, at)) {
+        ++c.resp_memory_faults;
+        responder_fail(nic, qp, first, NakCode::remote_access_error);
+        return;
+      }
+      ++c.resp_copy_requester_faults;
+      send_copy_nak(nic, qp, first, CopyNakReason::requester_fault);
+      return;
+    }
+  }
+  wire::Headers h;
+  h.bth.opcode = uint8_t(wire::Opcode::uroce_copy_read_done);
+  h.bth.dest_qp = qp.attr.dest_qp_num;
+  h.bth.psn = first;
+  const auto payload = wire::copy_done_payload(n);
+  if (nic.tx().full()) nic.flush_tx();
+  uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
+  std::copy(payload.begin(), payload.end(), body);
+  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, payload.size()}, qp_tos(nic, qp));
+  ++c.resp_copy_reads;
+  c.resp_copy_read_bytes += bytes;
+  r.resp_psn = psn_add(first, n);
+  r.resp_va += bytes;
+  r.resp_left = 0;
 }
 
 }  // namespace uroce::transport

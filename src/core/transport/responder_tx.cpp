@@ -56,6 +56,10 @@ bool emit_response(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {}, qp_tos(nic, qp));  // headers only
     return false;
   }
+  if (!r.sink.empty()) {  // a one-copy READ: all of it at once
+    responder_push_read(nic, qp, r);
+    return false;
+  }
   const uint32_t len = std::min(qp.mtu, r.resp_left);
   const bool first = r.resp_psn == r.resp_first;
   const bool last = r.resp_left <= qp.mtu;
