@@ -224,6 +224,49 @@ TEST(RcCopyMore, ReadIntoSeveralSges) {
   EXPECT_EQ(p.b.counters().resp_copy_read_bytes, total);
 }
 
+// Regions registered with an I/O virtual address other than their own
+// (zero-based, as rdma-core's ibv_reg_mr_iova): the requester's SGEs and
+// the responder's RETH are in those address spaces, and both copies land
+// where the packets would have.
+TEST(RcCopyMore, RegionsWithTheirOwnIova) {
+  Pair p(copy_options());
+  constexpr uint32_t kLen = 300000;
+  constexpr uint64_t kIovaA = 0x5000000, kIovaB = 0;
+  auto mra = Mr::reg(*p.a.pd, p.a.addr(0), 4u << 20, kIovaA, access::kLocalWrite);
+  auto mrb =
+      Mr::reg(*p.b.pd, p.b.addr(0), 4u << 20, kIovaB, access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead);
+  ASSERT_TRUE(mra.ok() && mrb.ok());
+  sync_with(p);
+  fill_pattern(p.a.buf.data() + 100, kLen, 21);
+  std::memset(p.b.buf.data() + 200, kPoison, kLen + kGuard);
+  SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
+  wr.remote_addr = kIovaB + 200;
+  wr.rkey = (*mrb)->rkey();
+  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{kIovaA + 100, kLen, (*mra)->lkey()}}).ok());
+  auto wc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.b.buf.data() + 200, p.a.buf.data() + 100, kLen), -1);
+  EXPECT_EQ(p.b.buf[200 + kLen], kPoison);
+  // And back: a READ of B's bytes into another part of A's region.
+  fill_pattern(p.b.buf.data() + 200, kLen, 22);
+  std::memset(p.a.buf.data() + (1u << 20), kPoison, kLen + kGuard);
+  wr = write_wr(2, WrOpcode::rdma_read, p.b, 0);
+  wr.remote_addr = kIovaB + 200;
+  wr.rkey = (*mrb)->rkey();
+  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{kIovaA + (1u << 20), kLen, (*mra)->lkey()}}).ok());
+  wc = poll_n(*p.a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.a.buf.data() + (1u << 20), p.b.buf.data() + 200, kLen), -1);
+  EXPECT_EQ(p.a.buf[(1u << 20) + kLen], kPoison);
+  const Counters b = p.b.counters();
+  EXPECT_EQ(b.resp_copy_bytes, kLen);
+  EXPECT_EQ(b.resp_copy_read_bytes, kLen);
+}
+
 // Without the option nothing goes in requests.
 TEST(RcCopyMore, OffUnlessAskedFor) {
   Pair p(copy_options(Mtu::m4096, false));
