@@ -54,11 +54,16 @@ struct RxPacket {
   bool via_ring = false;
 };
 
-// A uroce process of this host (net/peer_process.hpp names one so).
+// A uroce process of this host (net/peer_process.hpp names one so), and
+// what its ring says it takes.
 struct RingOwner {
   int32_t pid = 0;
   uint64_t start = 0;  // clock ticks after boot, /proc/<pid>/stat field 22
+  uint64_t caps = 0;   // kRing* bits
 };
+// The ring's owner carries out one-copy requests (wire/copy.hpp).  An
+// older uroce leaves the word 0: it is sent packets.
+inline constexpr uint64_t kRingTakesCopy = 1;
 
 // Faults injected in one direction by a FaultIo (net/fault_io.hpp).
 struct FaultCounts {
@@ -157,6 +162,8 @@ class PacketIo {
     (void)out;
     return false;
   }
+  // What our own ring tells the processes that find it (kRing* bits).
+  virtual void advertise(uint64_t caps) noexcept { (void)caps; }
 
   virtual IoStats stats() const noexcept = 0;
 };

@@ -61,6 +61,7 @@ class PcapIo final : public PacketIo {
   bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override {
     return inner_->ring_owner(dst, dest_qpn, out);
   }
+  void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
   IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:

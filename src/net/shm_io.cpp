@@ -22,6 +22,7 @@ constexpr auto kUdpHot = std::chrono::milliseconds(1);           // datagrams ca
 constexpr auto kRingHot = std::chrono::milliseconds(1);          // the ring fed us lately: skip some socket reads
 constexpr size_t kMaxPeers = 1024;
 constexpr size_t kBellToken = 0;  // the ring header's user word holding the bell's token
+constexpr size_t kCapsWord = 1;   // ...and the one holding RingOwner::caps
 constexpr uint32_t kGsiQpn = 1;
 constexpr uint32_t kQpnIndexBits = 14;  // QPNs are registry slot << 14 | index (net/registry.hpp)
 
@@ -290,7 +291,12 @@ bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) n
   if (!p.ring) return false;
   out.pid = p.ring->header().owner_pid;
   out.start = p.ring->header().owner_start;
+  out.caps = p.ring->header().user[kCapsWord].load(std::memory_order_relaxed);
   return true;
+}
+
+void ShmIo::advertise(uint64_t caps) noexcept {
+  if (ring_) ring_->header().user[kCapsWord].store(caps, std::memory_order_relaxed);
 }
 
 size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {

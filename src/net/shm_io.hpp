@@ -114,6 +114,7 @@ class ShmIo final : public PacketIo {
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
   bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }
   bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override;
+  void advertise(uint64_t caps) noexcept override;
   IoStats stats() const noexcept override;
 
   UdpIo& udp() noexcept { return *udp_; }

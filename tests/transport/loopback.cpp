@@ -70,7 +70,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
   cfg.udp_port = opt.udp_port;
   cfg.mtu = opt.device_mtu;
   cfg.shm = false;  // the UDP path is the socket's; PacketPath::shm has rings of its own
-  cfg.shm_copy = opt.shm_copy;
+  cfg.shm_copy = &s == &b && opt.shm_copy_b ? *opt.shm_copy_b : opt.shm_copy;
   cfg.congestion = &s == &b && opt.congestion_b ? opt.congestion_b : opt.congestion;
   if (&s == &b && opt.faults_b) cfg.faults = opt.faults_b;
   if (opt.fake) {
@@ -91,7 +91,7 @@ void Pair::open_side(Side& s, const char* addr, bool use_srq) {
     net::ShmConfig scfg;
     scfg.dir = opt.shm->path();
     const IpAddr local = *ip;
-    const IoWrap wrap = &s == &b ? opt.wrap_b : nullptr;
+    const IoWrap wrap = &s == &b ? opt.wrap_b : opt.wrap_a;
     cfg.io_factory = [scfg, local, wrap]() -> Result<std::unique_ptr<net::PacketIo>> {
       net::UdpConfig ucfg;
       ucfg.local = local;

@@ -97,7 +97,8 @@ struct PairOptions {
   IoWrap wrap;
   std::shared_ptr<ShmDir> shm;                              // both sides' packets through rings in this directory
   bool shm_copy = false;                                    // one-copy WRITEs (DeviceConfig::shm_copy)
-  IoWrap wrap_b;                                            // a decorator around B's packet I/O alone
+  std::optional<bool> shm_copy_b;                           // B's, if not `shm_copy`
+  IoWrap wrap_a, wrap_b;                                    // shm: a decorator around one side's packet I/O
   std::optional<transport::CongestionConfig> congestion;    // unset: UROCE_CC decides
   std::optional<transport::CongestionConfig> congestion_b;  // B's, if not `congestion`
   std::optional<FaultConfig> faults_b;                      // B's device only (e.g. rx.ce: a congested switch)

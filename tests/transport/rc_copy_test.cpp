@@ -104,7 +104,7 @@ TEST_P(RcCopy, WritesLandByteForByte) {
   EXPECT_EQ(b.resp_copy_writes, a.req_copy_writes);  // none lost, none refused
   EXPECT_EQ(a.req_copy_bytes, copied_bytes);
   EXPECT_EQ(a.req_copy_naks_rcvd, 0u);
-  EXPECT_EQ(b.resp_copy_refused + b.resp_copy_requester_faults + b.resp_copy_untrusted, 0u);
+  EXPECT_EQ(b.resp_copy_refused + b.resp_copy_requester_faults + b.copy_untrusted, 0u);
   EXPECT_EQ(b.resp_qp_errors, 0u);
 }
 
@@ -312,6 +312,11 @@ TEST(RcCopyMore, BadKeysFailAsWithPackets) {
         const Counters b = p.b.counters();
         EXPECT_EQ(bad == 0 ? b.resp_rkey_errors : b.resp_bounds_errors, 1u);
         EXPECT_EQ(b.resp_copy_bytes + b.resp_copy_read_bytes, 0u);
+        const Counters a = p.a.counters();
+        if (copy)  // the path under test carried it
+          EXPECT_GE(a.req_copy_writes + a.req_copy_reads, 1u);
+        else
+          EXPECT_EQ(a.req_copy_writes + a.req_copy_reads, 0u);
       }
     }
 }
@@ -339,6 +344,7 @@ TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
     const Counters b = p.b.counters();
     EXPECT_EQ(b.resp_memory_faults, 1u);
     EXPECT_EQ(b.resp_copy_read_bytes, 0u);
+    EXPECT_EQ(p.a.counters().req_copy_reads, copy ? 1u : 0u);  // the path under test carried it
     mr.reset();
     ::munmap(q, len);
   }
@@ -431,6 +437,97 @@ TEST(RcCopyMore, RequesterSourceGoneFallsBackThenLocalProtectionError) {
   ::munmap(q, len);
 }
 
+// A peer that did not ask for the copy says so in its ring: it is sent
+// packets, and never makes a cross-memory call (not even the probe).
+TEST(RcCopyMore, APeerThatDidNotAskIsSentPackets) {
+  PairOptions o = copy_options();
+  o.shm_copy_b = false;
+  Pair p(o);
+  sync_with(p);
+  fill_pattern(p.a.buf.data(), 1u << 20, 8);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, 1u << 20)}).ok());
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(2, WrOpcode::rdma_read, p.b, 0), {p.a.sge(2u << 20, 1u << 20)}).ok());
+  auto wc = poll_n(*p.a.scq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(wc[1].status, WcStatus::success);
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.a.buf.data() + (2u << 20), p.a.buf.data(), 1u << 20), -1);
+  const Counters a = p.a.counters(), b = p.b.counters();
+  EXPECT_EQ(a.req_copy_writes + a.req_copy_reads, 0u);
+  EXPECT_EQ(b.resp_copy_refused, 0u);
+  EXPECT_EQ(b.resp_read_packets, 256u);
+}
+
+// Every packet A sends goes twice (a duplicating path): duplicated
+// requests are answered without a second copy -- a WRITE's with its ACK, a
+// READ's with response packets the requester drops -- so nothing lands in
+// A's memory after the READ completed.
+class DupRingIo final : public net::PacketIo {
+ public:
+  explicit DupRingIo(std::unique_ptr<net::PacketIo> inner) : inner_(std::move(inner)) {}
+  Endpoint local() const noexcept override { return inner_->local(); }
+  uint16_t tx_ipv4_id() const noexcept override { return inner_->tx_ipv4_id(); }
+  size_t send_batch(std::span<const net::TxPacket> pkts) noexcept override {
+    doubled_.clear();
+    for (const net::TxPacket& x : pkts) {
+      doubled_.push_back(x);
+      doubled_.back().gso_segments = 0;
+      doubled_.push_back(doubled_.back());
+    }
+    return inner_->send_batch(doubled_) / 2;
+  }
+  size_t recv_batch(std::span<net::RxPacket> out) noexcept override { return inner_->recv_batch(out); }
+  int wait_fd() const noexcept override { return inner_->wait_fd(); }
+  bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
+  void done_wait() noexcept override { inner_->done_wait(); }
+  int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
+  size_t max_payload() const noexcept override { return inner_->max_payload(); }
+  bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
+  bool ring_owner(const Endpoint& dst, uint32_t qpn, net::RingOwner& out) noexcept override {
+    return inner_->ring_owner(dst, qpn, out);
+  }
+  void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
+  net::IoStats stats() const noexcept override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<net::PacketIo> inner_;
+  std::vector<net::TxPacket> doubled_;
+};
+
+TEST(RcCopyMore, DuplicatedRequestsCopyOnce) {
+  PairOptions o = copy_options();
+  o.wrap_a = [](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
+    return std::make_unique<DupRingIo>(std::move(io));
+  };
+  Pair p(o);
+  constexpr uint32_t kLen = 3u << 20;
+  sync_with(p);
+  fill_pattern(p.a.buf.data(), kLen, 1);
+  fill_pattern(p.b.buf.data() + kLen, kLen, 2);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}).ok());
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(2, WrOpcode::rdma_read, p.b, kLen), {p.a.sge(kLen, kLen)}).ok());
+  auto wc = poll_n(*p.a.scq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(wc[1].status, WcStatus::success);
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), kLen), -1);
+  EXPECT_EQ(first_diff(p.a.buf.data() + kLen, p.b.buf.data() + kLen, kLen), -1);
+  // The READ's memory is the application's again: nothing may land there.
+  std::memset(p.a.buf.data() + kLen, kPoison, kLen);
+  drain(*p.a.scq, 100);
+  sync_with(p);
+  for (size_t i = 0; i < kLen; i += 64) ASSERT_EQ(p.a.buf[kLen + i], kPoison) << "byte " << i << " written late";
+  const Counters a = p.a.counters(), b = p.b.counters();
+  EXPECT_GT(a.req_copy_writes, 0u);
+  EXPECT_EQ(a.req_copy_reads, 3u);          // 3 MiB in segments of 1 MiB
+  EXPECT_EQ(b.resp_copy_bytes, kLen);       // each WRITE chunk pulled once
+  EXPECT_EQ(b.resp_copy_read_bytes, kLen);  // each READ segment pushed once
+  EXPECT_GE(b.resp_duplicates, a.req_copy_writes + a.req_copy_reads);
+  EXPECT_EQ(b.resp_qp_errors, 0u);
+}
+
 // B's I/O names a requester process that is not there (as when the kernel
 // refuses us the peer, or it went away): B answers UROCE_COPY_NAK, A sends
 // the rest as packets, and every WRITE still completes with its bytes.
@@ -452,6 +549,7 @@ class StaleOwnerIo final : public net::PacketIo {
     ++out.start;  // the pid now names another process
     return true;
   }
+  void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
   net::IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:
@@ -549,7 +647,7 @@ TEST(RcCopyMore, RequestsByUdpAreDroppedNotCopied) {
     ASSERT_EQ(::sendto(fd, dgram.data(), dgram.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
               ssize_t(dgram.size()));
     ++sent;
-    EXPECT_TRUE(wait_until([&] { return p.b.counters().resp_copy_untrusted == sent; }));
+    EXPECT_TRUE(wait_until([&] { return p.b.counters().copy_untrusted == sent; }));
   }
   ::close(fd);
   sync_with(p);

@@ -179,19 +179,20 @@ Status Nic::open_io(const IoFactory* factory) {
   }
   // One-copy WRITEs to same-host peers: asked for, and allowed here.
   if (cfg_.shm_copy) {
-    shm_copy_ = *cfg_.shm_copy;
+    copy_serve_ = *cfg_.shm_copy;
   } else {
     auto env = net::ShmIo::copy_from_env();
     if (!env.ok()) return env.status();
-    shm_copy_ = *env;
+    copy_serve_ = *env;
   }
-  if (shm_copy_ && !net::cross_memory_attach_works()) {
+  if (copy_serve_ && !net::cross_memory_attach_works()) {
     UROCE_LOG(warn,
               "device %s: one-copy WRITEs asked for, but this process may not use process_vm_readv: "
               "WRITEs go as packets",
               cfg_.name.c_str());
-    shm_copy_ = false;
+    copy_serve_ = false;
   }
+  copy_send_ = copy_serve_;
   if (cfg_.congestion) {
     cfg_.cc = *cfg_.congestion;
   } else if (const char* bad = nullptr; !congestion_from_env(cfg_.cc, bad)) {
@@ -217,9 +218,11 @@ Status Nic::open_io(const IoFactory* factory) {
     // A trace shows every byte we send as the RoCEv2 packets that carry it:
     // no one-copy requests while tracing (a peer's still show, as
     // UROCE_COPY_WRITE).
-    if (shm_copy_) UROCE_LOG(info, "device %s: UROCE_PCAP: WRITEs go as packets while tracing", cfg_.name.c_str());
-    shm_copy_ = false;
+    if (copy_send_)
+      UROCE_LOG(info, "device %s: UROCE_PCAP: WRITEs and READs go as packets while tracing", cfg_.name.c_str());
+    copy_send_ = false;
   }
+  io_->advertise(copy_serve_ ? net::kRingTakesCopy : 0);
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());
   if (net::stats_enabled()) {
@@ -501,6 +504,9 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
       if (qp->reorder) responder_drain(*this, *qp);  // packets kept for after it
     } else if (st == verbs::QpState::rtr) {
       ++counters_.rx_bad_state;
+    } else if ((op == wire::Opcode::uroce_copy_nak || op == wire::Opcode::uroce_copy_read_done) &&
+               (!raw.via_ring || raw.src != qp->peer)) {
+      ++counters_.copy_untrusted;  // only a peer's ring carries them
     } else if (op == wire::Opcode::uroce_copy_nak) {
       copy_nak_receive(*this, *qp, pkt);
     } else if (op == wire::Opcode::uroce_copy_read_done) {

@@ -104,9 +104,13 @@ class Nic {
   // Whether same-host peers were to be reached through shared memory (the
   // rings may still be missing: no room for them).
   bool shared_memory() const noexcept { return shm_; }
-  // Whether large RC WRITEs to same-host peers go in one copy
-  // (NicConfig::shm_copy, and the kernel lets us: cross_memory_attach_works).
-  bool shm_copy() const noexcept { return shm_copy_; }
+  // One-copy WRITEs and READs (docs/one_copy_design.md): whether we carry
+  // out a peer's requests (NicConfig::shm_copy, and the kernel lets us:
+  // cross_memory_attach_works), and whether we send our own (the same,
+  // unless UROCE_PCAP traces our packets).  A NIC that did not ask never
+  // makes the calls: its peers are answered UROCE_COPY_NAK.
+  bool copy_serves() const noexcept { return copy_serve_; }
+  bool copy_requests() const noexcept { return copy_send_; }
   // The packet I/O (NIC lock held).
   net::PacketIo& io() noexcept { return *io_; }
   // Path of the shared-memory file `uroce stat` reads ("" if not published).
@@ -274,7 +278,7 @@ class Nic {
   std::unique_ptr<net::PacketIo> io_;
   std::optional<FaultConfig> faults_;
   bool shm_ = false;  // shared-memory rings asked for (NicConfig::shm, else UROCE_SHM)
-  bool shm_copy_ = false;
+  bool copy_serve_ = false, copy_send_ = false;
   std::unique_ptr<net::StatsPublisher> stats_;
   Clock::time_point stats_at_{};  // last publication
   uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)

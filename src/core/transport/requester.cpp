@@ -181,6 +181,8 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
   if (psn_before(psn, r.sent_hwm)) {
     ++nic.counters().req_retransmits;
     retime_for_resend(r, psn);
+    // (A one-copy request resent may run on past what was ever sent.)
+    if (psn_before(r.sent_hwm, psn_add(psn, npsn))) r.sent_hwm = psn_add(psn, npsn);
   } else {
     // Sent for the first time: in the train of the packet before it?  (A
     // READ's response PSNs and an atomic's count as trains of their own.)
@@ -282,7 +284,10 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_on
 void send_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t i, uint32_t n, uint32_t idx = ~0u) noexcept {
   const uint32_t psn = psn_add(w.first_psn, i);
   const uint64_t off = uint64_t(i) * qp.mtu;
-  if (idx != ~0u) {
+  // Asked for again (a loss, going back): as a packet, whose responses the
+  // completer drops once the READ has them.  A second push could land
+  // after the READ completed and its memory went back to the application.
+  if (idx != ~0u && !psn_before(psn, qp.req.sent_hwm)) {
     uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
     if (const size_t len = build_copy_read_request(nic, qp, w, idx, i, n, {body, TxBatch::kBounce}); len > 0) {
       wire::Headers h = base_headers(qp, w, uint8_t(Opcode::uroce_copy_read), psn);

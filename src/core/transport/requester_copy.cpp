@@ -32,13 +32,14 @@ bool is_write(verbs::WrOpcode op) noexcept {
 
 // Whether `w` may go in one-copy requests at all.
 bool copy_allowed(Nic& nic, const QpEngine& qp, const SendWqe& w) noexcept {
-  return nic.shm_copy() && !qp.req.copy_off && qp.type() == verbs::QpType::rc && !w.is_inline &&
+  return nic.copy_requests() && !qp.req.copy_off && qp.type() == verbs::QpType::rc && !w.is_inline &&
          w.length >= kCopyMinBytes && w.num_sge <= wire::kCopyMaxRanges;
 }
 
+// The peer's packets go through its ring, and it takes requests there.
 bool to_ring(Nic& nic, const QpEngine& qp) noexcept {
   net::RingOwner owner;
-  return nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner);
+  return nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner) && (owner.caps & net::kRingTakesCopy);
 }
 
 // Bytes [off, off + len) of `w`'s scatter/gather list as ranges of our

@@ -382,6 +382,8 @@ bool responder_reread(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& re
       return true;
     }
     ++nic.counters().resp_dup_reads;
+    if (r.pending && !r.sink.empty() && psn == r.resp_first && reth.va == r.resp_va && reth.length == r.resp_left)
+      return true;  // the same again while its one-copy push is still to come: that push answers it
     if (!r.pending) ++s.res_pending;
     r.pending = true;
     r.rkey = reth.rkey;

@@ -100,12 +100,16 @@ WritePlaced place_from_peer(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, 
 }
 
 // The requester's process, held from the first request on; null (and
-// answered so from then on) if it cannot be.
-const net::PeerProcess* requester_process(Nic& nic, QpEngine& qp, const net::RxPacket& raw) noexcept {
+// answered so from then on) if it cannot be, or we were not asked to
+// carry out requests (a NIC that was not makes no such call).  It is the
+// owner of the ring our packets to the QP's peer go through: the one its
+// path resolution named, not one a packet names.
+const net::PeerProcess* requester_process(Nic& nic, QpEngine& qp) noexcept {
   if (qp.copy_peer) return qp.copy_peer.get();
+  if (!nic.copy_serves() || qp.resp.copy_refused) return nullptr;
   net::RingOwner owner;
-  if (!nic.io().ring_owner(raw.src, qp.attr.dest_qp_num, owner)) {
-    UROCE_LOG(info, "QP 0x%06x: no ring names the requester %s", qp.qpn(), raw.src.to_string().c_str());
+  if (!nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner)) {
+    UROCE_LOG(info, "QP 0x%06x: no ring names the requester %s", qp.qpn(), qp.peer.to_string().c_str());
     return nullptr;
   }
   auto peer = net::PeerProcess::open(owner.pid, owner.start);
@@ -123,9 +127,9 @@ const net::PeerProcess* requester_process(Nic& nic, QpEngine& qp, const net::RxP
 std::optional<wire::CopyRequest> trusted_request(Nic& nic, QpEngine& qp, const wire::Packet& pkt,
                                                  const net::RxPacket& raw) {
   Counters& c = nic.counters();
-  if (!raw.via_ring) {
-    ++c.resp_copy_untrusted;
-    UROCE_LOG(debug, "drop a one-copy request from %s that did not come through shared memory",
+  if (!raw.via_ring || raw.src != qp.peer) {
+    ++c.copy_untrusted;
+    UROCE_LOG(debug, "drop a one-copy request from %s that did not come through shared memory from the peer",
               raw.src.to_string().c_str());
     return std::nullopt;
   }
@@ -176,7 +180,7 @@ void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const
     responder_fail(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  const net::PeerProcess* peer = s.copy_refused ? nullptr : requester_process(nic, qp, raw);
+  const net::PeerProcess* peer = requester_process(nic, qp);
   if (!peer) {
     ++c.resp_copy_refused;
     s.copy_refused = true;
@@ -225,22 +229,23 @@ void responder_copy_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const 
     responder_fail(nic, qp, psn, NakCode::invalid_request);
     return;
   }
-  if (s.copy_refused || !requester_process(nic, qp, raw)) {
-    ++c.resp_copy_refused;
-    s.copy_refused = true;
-    if (d == 0)
-      refuse_request(nic, qp, psn, CopyNakReason::refused);
-    else
-      send_copy_nak(nic, qp, psn, CopyNakReason::refused);
-    return;
-  }
   wire::Reth reth;
   reth.va = req->va;
   reth.rkey = req->rkey;
   reth.length = req->bytes;
-  if (d < 0) {  // asked again (the responses were lost): pushed again
+  if (d < 0) {
+    // Asked again (the responses were lost, or it was duplicated): read
+    // again as packets, which the requester drops once it has them.  A
+    // second push could land after the READ completed and its memory went
+    // back to the application.  (Our requester asks again with packets.)
     ++c.resp_duplicates;
-    if (!responder_reread(nic, qp, psn, reth, std::move(req->ranges))) ++c.resp_dup_unmatched;
+    if (!responder_reread(nic, qp, psn, reth, {})) ++c.resp_dup_unmatched;
+    return;
+  }
+  if (!requester_process(nic, qp)) {
+    ++c.resp_copy_refused;
+    s.copy_refused = true;
+    refuse_request(nic, qp, psn, CopyNakReason::refused);
     return;
   }
   transition(qp.qpn(), s.seq, SeqNak::clear);
