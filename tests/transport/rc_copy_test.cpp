@@ -56,6 +56,29 @@ Status post_write(Qp& qp, SendWr wr, const std::vector<Sge>& sges) {
   return post_send(qp, wr);
 }
 
+// 1 MiB of fresh memory filled with `fill`, registered in `pd` with
+// `access`, then re-protected to `prot`: memory the application took away
+// from under a registration.  Unregistered and unmapped at the end.
+struct Revoked {
+  static constexpr size_t kLen = 1u << 20;
+  uint8_t* p = nullptr;
+  std::unique_ptr<Mr> mr;
+  Revoked(Pd& pd, uint32_t access, uint8_t fill, int prot) {
+    void* m = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    p = static_cast<uint8_t*>(m);
+    std::memset(p, fill, kLen);
+    mr = reg_mr(pd, p, kLen, access);
+    if (mr && ::mprotect(p, kLen, prot) != 0) mr.reset();
+  }
+  ~Revoked() {
+    mr.reset();
+    if (p) ::munmap(p, kLen);
+  }
+  bool ok() const { return p && mr; }
+  uint64_t addr() const { return uint64_t(uintptr_t(p)); }
+};
+
 class RcCopy : public ::testing::TestWithParam<Mtu> {};
 
 // WRITEs of sizes around the 32 KiB threshold, the 256 KiB chunk and the
@@ -327,13 +350,11 @@ TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
   for (const bool copy : {false, true}) {
     SCOPED_TRACE(copy ? "one copy" : "packets");
     Pair p(copy_options(Mtu::m4096, copy));
-    const size_t len = 1u << 20;
-    uint8_t* q =
-        static_cast<uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    ASSERT_NE(q, MAP_FAILED);
-    auto mr = reg_mr(*p.b.pd, q, len, access::kLocalWrite | access::kRemoteRead);
-    ASSERT_TRUE(mr);
-    ASSERT_EQ(::mprotect(q, len, PROT_NONE), 0);
+    const size_t len = Revoked::kLen;
+    Revoked gone(*p.b.pd, access::kLocalWrite | access::kRemoteRead, 0, PROT_NONE);
+    ASSERT_TRUE(gone.ok());
+    uint8_t* q = gone.p;
+    std::unique_ptr<Mr>& mr = gone.mr;
     SendWr wr = write_wr(1, WrOpcode::rdma_read, p.b, 0);
     wr.remote_addr = uint64_t(uintptr_t(q));
     wr.rkey = mr->rkey();
@@ -345,8 +366,6 @@ TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
     EXPECT_EQ(b.resp_memory_faults, 1u);
     EXPECT_EQ(b.resp_copy_read_bytes, 0u);
     EXPECT_EQ(p.a.counters().req_copy_reads, copy ? 1u : 0u);  // the path under test carried it
-    mr.reset();
-    ::munmap(q, len);
   }
 }
 
@@ -356,13 +375,11 @@ TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
 // the copy, and the sink is untouched.
 TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
   Pair p(copy_options());
-  const size_t len = 1u << 20;
-  uint8_t* q = static_cast<uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(q, MAP_FAILED);
-  std::memset(q, 0x42, len);
-  auto mr = reg_mr(*p.a.pd, q, len, access::kLocalWrite);
-  ASSERT_TRUE(mr);
-  ASSERT_EQ(::mprotect(q, len, PROT_READ), 0);
+  const size_t len = Revoked::kLen;
+  Revoked gone(*p.a.pd, access::kLocalWrite, 0x42, PROT_READ);
+  ASSERT_TRUE(gone.ok());
+  uint8_t* q = gone.p;
+  std::unique_ptr<Mr>& mr = gone.mr;
   SendWr wr = write_wr(1, WrOpcode::rdma_read, p.b, 0);
   ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{uint64_t(uintptr_t(q)), uint32_t(len), mr->lkey()}}).ok());
   auto wc = poll_n(*p.a.scq, 1);
@@ -374,8 +391,6 @@ TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
   EXPECT_EQ(b.resp_copy_read_bytes, 0u);
   EXPECT_EQ(b.resp_qp_errors, 0u);
   for (size_t i = 0; i < len; i += 512) ASSERT_EQ(q[i], 0x42) << i;
-  mr.reset();
-  ::munmap(q, len);
 }
 
 // The responder's region re-protected read-only after registration: the
@@ -383,13 +398,11 @@ TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
 // a packet would get, and not a byte written.
 TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
   Pair p(copy_options());
-  const size_t len = 1u << 20;
-  uint8_t* q = static_cast<uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(q, MAP_FAILED);
-  std::memset(q, 0x3c, len);
-  auto mr = reg_mr(*p.b.pd, q, len, access::kLocalWrite | access::kRemoteWrite);
-  ASSERT_TRUE(mr);
-  ASSERT_EQ(::mprotect(q, len, PROT_READ), 0);
+  const size_t len = Revoked::kLen;
+  Revoked gone(*p.b.pd, access::kLocalWrite | access::kRemoteWrite, 0x3c, PROT_READ);
+  ASSERT_TRUE(gone.ok());
+  uint8_t* q = gone.p;
+  std::unique_ptr<Mr>& mr = gone.mr;
   SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
   wr.remote_addr = uint64_t(uintptr_t(q));
   wr.rkey = mr->rkey();
@@ -402,8 +415,6 @@ TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
   EXPECT_EQ(b.resp_copy_bytes, 0u);
   EXPECT_EQ(b.resp_copy_requester_faults, 0u);
   for (size_t i = 0; i < len; i += 4096) ASSERT_EQ(q[i], 0x3c) << i;
-  mr.reset();
-  ::munmap(q, len);
 }
 
 // The requester's source re-protected (no access) after it was posted
@@ -412,13 +423,11 @@ TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
 // LOC_PROT_ERR, as without the copy.  Nothing lands at the responder.
 TEST(RcCopyMore, RequesterSourceGoneFallsBackThenLocalProtectionError) {
   Pair p(copy_options());
-  const size_t len = 1u << 20;
-  uint8_t* q = static_cast<uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(q, MAP_FAILED);
-  std::memset(q, 0x77, len);
-  auto mr = reg_mr(*p.a.pd, q, len, access::kLocalWrite);
-  ASSERT_TRUE(mr);
-  ASSERT_EQ(::mprotect(q, len, PROT_NONE), 0);
+  const size_t len = Revoked::kLen;
+  Revoked gone(*p.a.pd, access::kLocalWrite, 0x77, PROT_NONE);
+  ASSERT_TRUE(gone.ok());
+  uint8_t* q = gone.p;
+  std::unique_ptr<Mr>& mr = gone.mr;
   sync_with(p);
   std::memset(p.b.buf.data(), kPoison, len);
   SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
@@ -433,8 +442,6 @@ TEST(RcCopyMore, RequesterSourceGoneFallsBackThenLocalProtectionError) {
   EXPECT_EQ(b.resp_qp_errors, 0u);  // the responder is fine
   sync_with(p);
   for (size_t i = 0; i < len; ++i) ASSERT_EQ(p.b.buf[i], kPoison) << i;
-  mr.reset();
-  ::munmap(q, len);
 }
 
 // A peer that did not ask for the copy says so in its ring: it is sent

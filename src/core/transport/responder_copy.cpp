@@ -43,16 +43,20 @@ namespace {
 using wire::CopyNakReason;
 using wire::NakCode;
 
-void send_copy_nak(Nic& nic, QpEngine& qp, uint32_t psn, CopyNakReason why) noexcept {
+// A UROCE_COPY_NAK or UROCE_COPY_READ_DONE to the requester.
+void send_answer(Nic& nic, QpEngine& qp, wire::Opcode op, uint32_t psn, std::span<const uint8_t> payload) noexcept {
   wire::Headers h;
-  h.bth.opcode = uint8_t(wire::Opcode::uroce_copy_nak);
+  h.bth.opcode = uint8_t(op);
   h.bth.dest_qp = qp.attr.dest_qp_num;
   h.bth.psn = psn;
-  const auto payload = wire::copy_nak_payload(why);
   if (nic.tx().full()) nic.flush_tx();
   uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
   std::copy(payload.begin(), payload.end(), body);
   (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, payload.size()}, qp_tos(nic, qp));
+}
+
+void send_copy_nak(Nic& nic, QpEngine& qp, uint32_t psn, CopyNakReason why) noexcept {
+  send_answer(nic, qp, wire::Opcode::uroce_copy_nak, psn, wire::copy_nak_payload(why));
 }
 
 // A request at the expected PSN refused: the requester goes back to it, so
@@ -298,15 +302,7 @@ void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
       return;
     }
   }
-  wire::Headers h;
-  h.bth.opcode = uint8_t(wire::Opcode::uroce_copy_read_done);
-  h.bth.dest_qp = qp.attr.dest_qp_num;
-  h.bth.psn = first;
-  const auto payload = wire::copy_done_payload(n);
-  if (nic.tx().full()) nic.flush_tx();
-  uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
-  std::copy(payload.begin(), payload.end(), body);
-  (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, payload.size()}, qp_tos(nic, qp));
+  send_answer(nic, qp, wire::Opcode::uroce_copy_read_done, first, wire::copy_done_payload(n));
   ++c.resp_copy_reads;
   c.resp_copy_read_bytes += bytes;
   r.resp_psn = psn_add(first, n);
