@@ -56,6 +56,15 @@ Status post_write(Qp& qp, SendWr wr, const std::vector<Sge>& sges) {
   return post_send(qp, wr);
 }
 
+// Posts `wr` on A's QP and waits for its completion: its status (nullopt:
+// not posted, or no completion within the wait).
+std::optional<WcStatus> run_one(Pair& p, const SendWr& wr, const std::vector<Sge>& sges) {
+  if (!post_write(*p.a.qp, wr, sges).ok()) return std::nullopt;
+  const auto wc = poll_n(*p.a.scq, 1);
+  if (wc.size() != 1 || wc[0].wr_id != wr.wr_id) return std::nullopt;
+  return wc[0].status;
+}
+
 // 1 MiB of fresh memory filled with `fill`, registered in `pd` with
 // `access`, then re-protected to `prot`: memory the application took away
 // from under a registration.  Unregistered and unmapped at the end.
@@ -232,10 +241,7 @@ TEST(RcCopyMore, ReadIntoSeveralSges) {
     total += l;
   }
   fill_pattern(p.b.buf.data(), total, 99);
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(4, WrOpcode::rdma_read, p.b, 0), sges).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(run_one(p, write_wr(4, WrOpcode::rdma_read, p.b, 0), sges), WcStatus::success);
   sync_with(p);
   size_t at = 0;
   for (const Sge& s : sges) {
@@ -265,10 +271,7 @@ TEST(RcCopyMore, RegionsWithTheirOwnIova) {
   SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
   wr.remote_addr = kIovaB + 200;
   wr.rkey = (*mrb)->rkey();
-  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{kIovaA + 100, kLen, (*mra)->lkey()}}).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(run_one(p, wr, {Sge{kIovaA + 100, kLen, (*mra)->lkey()}}), WcStatus::success);
   sync_with(p);
   EXPECT_EQ(first_diff(p.b.buf.data() + 200, p.a.buf.data() + 100, kLen), -1);
   EXPECT_EQ(p.b.buf[200 + kLen], kPoison);
@@ -278,10 +281,7 @@ TEST(RcCopyMore, RegionsWithTheirOwnIova) {
   wr = write_wr(2, WrOpcode::rdma_read, p.b, 0);
   wr.remote_addr = kIovaB + 200;
   wr.rkey = (*mrb)->rkey();
-  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{kIovaA + (1u << 20), kLen, (*mra)->lkey()}}).ok());
-  wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(run_one(p, wr, {Sge{kIovaA + (1u << 20), kLen, (*mra)->lkey()}}), WcStatus::success);
   sync_with(p);
   EXPECT_EQ(first_diff(p.a.buf.data() + (1u << 20), p.b.buf.data() + 200, kLen), -1);
   EXPECT_EQ(p.a.buf[(1u << 20) + kLen], kPoison);
@@ -295,18 +295,12 @@ TEST(RcCopyMore, OffUnlessAskedFor) {
   Pair p(copy_options(Mtu::m4096, false));
   sync_with(p);
   fill_pattern(p.a.buf.data(), 1u << 20, 5);
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, 1u << 20)}).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(run_one(p, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, 1u << 20)}), WcStatus::success);
   sync_with(p);
   EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), 1u << 20), -1);
   EXPECT_EQ(p.a.counters().req_copy_writes, 0u);
   EXPECT_GE(p.b.counters().shm_rx_packets, 256u);
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(2, WrOpcode::rdma_read, p.b, 0), {p.a.sge(2u << 20, 1u << 20)}).ok());
-  wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(run_one(p, write_wr(2, WrOpcode::rdma_read, p.b, 0), {p.a.sge(2u << 20, 1u << 20)}), WcStatus::success);
   EXPECT_EQ(p.a.counters().req_copy_reads, 0u);
   EXPECT_EQ(p.b.counters().resp_read_packets, 256u);
 }
@@ -327,10 +321,7 @@ TEST(RcCopyMore, BadKeysFailAsWithPackets) {
           wr.rkey ^= 0x100;
         else
           wr.remote_addr = p.b.addr(kBuf - (512u << 10));  // runs past the end
-        ASSERT_TRUE(post_write(*p.a.qp, wr, sges).ok());
-        auto wc = poll_n(*p.a.scq, 1);
-        ASSERT_EQ(wc.size(), 1u);
-        EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
+        EXPECT_EQ(run_one(p, wr, sges), WcStatus::rem_access_err);
         EXPECT_TRUE(wait_until([&] { return p.b.qp->query().qp_state == QpState::err; }));
         const Counters b = p.b.counters();
         EXPECT_EQ(bad == 0 ? b.resp_rkey_errors : b.resp_bounds_errors, 1u);
@@ -358,10 +349,7 @@ TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
     SendWr wr = write_wr(1, WrOpcode::rdma_read, p.b, 0);
     wr.remote_addr = uint64_t(uintptr_t(q));
     wr.rkey = mr->rkey();
-    ASSERT_TRUE(post_write(*p.a.qp, wr, {p.a.sge(0, len)}).ok());
-    auto wc = poll_n(*p.a.scq, 1);
-    ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
+    EXPECT_EQ(run_one(p, wr, {p.a.sge(0, len)}), WcStatus::rem_access_err);
     const Counters b = p.b.counters();
     EXPECT_EQ(b.resp_memory_faults, 1u);
     EXPECT_EQ(b.resp_copy_read_bytes, 0u);
@@ -381,10 +369,7 @@ TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
   uint8_t* q = gone.p;
   std::unique_ptr<Mr>& mr = gone.mr;
   SendWr wr = write_wr(1, WrOpcode::rdma_read, p.b, 0);
-  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{uint64_t(uintptr_t(q)), uint32_t(len), mr->lkey()}}).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::loc_prot_err);
+  EXPECT_EQ(run_one(p, wr, {Sge{uint64_t(uintptr_t(q)), uint32_t(len), mr->lkey()}}), WcStatus::loc_prot_err);
   const Counters a = p.a.counters(), b = p.b.counters();
   EXPECT_EQ(b.resp_copy_requester_faults, 1u);
   EXPECT_EQ(a.req_copy_naks_rcvd, 1u);
@@ -406,10 +391,7 @@ TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
   SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
   wr.remote_addr = uint64_t(uintptr_t(q));
   wr.rkey = mr->rkey();
-  ASSERT_TRUE(post_write(*p.a.qp, wr, {p.a.sge(0, len)}).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::rem_access_err);
+  EXPECT_EQ(run_one(p, wr, {p.a.sge(0, len)}), WcStatus::rem_access_err);
   const Counters b = p.b.counters();
   EXPECT_EQ(b.resp_memory_faults, 1u);
   EXPECT_EQ(b.resp_copy_bytes, 0u);
@@ -431,10 +413,7 @@ TEST(RcCopyMore, RequesterSourceGoneFallsBackThenLocalProtectionError) {
   sync_with(p);
   std::memset(p.b.buf.data(), kPoison, len);
   SendWr wr = write_wr(1, WrOpcode::rdma_write, p.b, 0);
-  ASSERT_TRUE(post_write(*p.a.qp, wr, {Sge{uint64_t(uintptr_t(q)), uint32_t(len), mr->lkey()}}).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::loc_prot_err);
+  EXPECT_EQ(run_one(p, wr, {Sge{uint64_t(uintptr_t(q)), uint32_t(len), mr->lkey()}}), WcStatus::loc_prot_err);
   const Counters a = p.a.counters(), b = p.b.counters();
   EXPECT_EQ(b.resp_copy_requester_faults, 1u);
   EXPECT_EQ(a.req_copy_naks_rcvd, 1u);
@@ -574,10 +553,7 @@ TEST(RcCopyMore, RefusedCopyFallsBackToPackets) {
     sync_with(p);
     fill_pattern(p.a.buf.data() + 1, len, uint32_t(id));
     std::memset(p.b.buf.data(), kPoison, len + kGuard);
-    ASSERT_TRUE(post_write(*p.a.qp, write_wr(id, WrOpcode::rdma_write, p.b, 0), {p.a.sge(1, len)}).ok());
-    auto wc = poll_n(*p.a.scq, 1);
-    ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WcStatus::success);
+    EXPECT_EQ(run_one(p, write_wr(id, WrOpcode::rdma_write, p.b, 0), {p.a.sge(1, len)}), WcStatus::success);
     sync_with(p);
     EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data() + 1, len), -1);
     EXPECT_EQ(p.b.buf[len], kPoison);
@@ -662,10 +638,7 @@ TEST(RcCopyMore, RequestsByUdpAreDroppedNotCopied) {
   for (size_t i = 0; i < kLen; ++i) ASSERT_EQ(p.a.buf[kLen + i], 0x11) << i;
   EXPECT_EQ(p.b.counters().resp_copy_bytes + p.b.counters().resp_copy_read_bytes, 0u);
   // The QP is untouched: a real WRITE at that PSN goes through.
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}).ok());
-  auto wc = poll_n(*p.a.scq, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(run_one(p, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}), WcStatus::success);
   sync_with(p);
   EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), kLen), -1);
   EXPECT_EQ(p.b.counters().resp_copy_writes, 1u);

@@ -198,15 +198,38 @@ void settle_kept(Nic& nic, QpEngine& qp) noexcept {
   }
 }
 
+// The READ WQE response `psn` belongs to, and its index; null (counted
+// stale) if it belongs to none.
+SendWqe* read_at(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t& idx) noexcept {
+  if (find_wqe(qp, psn, idx) && is_read(qp.sq.at(idx).opcode)) return &qp.sq.at(idx);
+  ++nic.counters().req_stale_responses;
+  return nullptr;
+}
+
+// One READ response or more placed (and those kept after them taken in):
+// the PSN after what the READ has now, and whether that is all of it (the
+// WQE then completes, and may be retired: w is not to be used after).
+uint32_t read_placed(Nic& nic, QpEngine& qp, SendWqe& w, bool& all) noexcept {
+  RequesterState& r = qp.req;
+  read_absorb(r, w);
+  transition(qp.qpn(), r.gap, ReadGap::none);
+  const uint32_t next = psn_add(w.first_psn, w.read_done);
+  all = w.read_done == w.npkts;
+  if (all) {
+    w.done = true;
+    --r.rd_atomic;
+    retire(nic, qp);
+  }
+  return next;
+}
+
 void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
   RequesterState& r = qp.req;
   const uint32_t psn = pkt.hdr.bth.psn;
   uint32_t idx;
-  if (!find_wqe(qp, psn, idx) || !is_read(qp.sq.at(idx).opcode)) {
-    ++nic.counters().req_stale_responses;
-    return;
-  }
-  SendWqe& w = qp.sq.at(idx);
+  SendWqe* wp = read_at(nic, qp, psn, idx);
+  if (!wp) return;
+  SendWqe& w = *wp;
   const uint32_t i = uint32_t(psn_diff(psn, w.first_psn));
   const uint32_t expected = psn_add(w.first_psn, w.read_done);
   if (w.done || i < w.read_done || read_kept(r, psn)) {  // a response we already have
@@ -277,14 +300,9 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     return;
   }
   ++w.read_done;
-  read_absorb(r, w);
-  transition(qp.qpn(), r.gap, ReadGap::none);
-  const uint32_t una = psn_add(w.first_psn, w.read_done);
-  if (w.read_done == w.npkts) {
-    w.done = true;
-    --r.rd_atomic;
-    retire(nic, qp);
-  } else if (r.kept_count > 0 && psn_before(una, r.kept_hi)) {
+  bool all = false;
+  const uint32_t una = read_placed(nic, qp, w, all);
+  if (!all && r.kept_count > 0 && psn_before(una, r.kept_hi)) {
     // The next one is missing too, and a response kept after it says it was
     // sent: ask for it now.
     read_request_hole(nic, qp, w, una);
@@ -300,11 +318,9 @@ void on_read_response(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
 void on_copy_read_done(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t n) noexcept {
   RequesterState& r = qp.req;
   uint32_t idx;
-  if (!find_wqe(qp, psn, idx) || !is_read(qp.sq.at(idx).opcode)) {
-    ++nic.counters().req_stale_responses;
-    return;
-  }
-  SendWqe& w = qp.sq.at(idx);
+  SendWqe* wp = read_at(nic, qp, psn, idx);
+  if (!wp) return;
+  SendWqe& w = *wp;
   const uint32_t i = uint32_t(psn_diff(psn, w.first_psn));
   if (w.done || i != w.read_done || n > w.read_req - i || read_kept(r, psn)) {
     ++nic.counters().req_stale_responses;
@@ -320,15 +336,8 @@ void on_copy_read_done(Nic& nic, QpEngine& qp, uint32_t psn, uint32_t n) noexcep
   // As a READ response: everything before the READ was executed.
   if (psn_before(r.una_psn, w.first_psn) && ack_through(nic, qp, psn_add(w.first_psn, kPsnMask)) != Acked::all) return;
   w.read_done += n;
-  read_absorb(r, w);
-  transition(qp.qpn(), r.gap, ReadGap::none);
-  const uint32_t una = psn_add(w.first_psn, w.read_done);
-  if (w.read_done == w.npkts) {
-    w.done = true;
-    --r.rd_atomic;
-    retire(nic, qp);
-  }
-  advance_una(nic, qp, una);
+  bool all = false;
+  advance_una(nic, qp, read_placed(nic, qp, w, all));
 }
 
 void on_atomic_ack(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
