@@ -109,8 +109,8 @@ WritePlaced place_from_peer(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, 
 // owner of the ring our packets to the QP's peer go through: the one its
 // path resolution named, not one a packet names.
 const net::PeerProcess* requester_process(Nic& nic, QpEngine& qp) noexcept {
+  if (!nic.copy_serves() || qp.resp.copy_refused) return nullptr;  // (also once a copy was refused)
   if (qp.copy_peer) return qp.copy_peer.get();
-  if (!nic.copy_serves() || qp.resp.copy_refused) return nullptr;
   net::RingOwner owner;
   if (!nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner)) {
     UROCE_LOG(info, "QP 0x%06x: no ring names the requester %s", qp.qpn(), qp.peer.to_string().c_str());
