@@ -23,6 +23,16 @@
 namespace uroce::test {
 namespace {
 
+// Tests where memory faults under uroce's fault guard (the packets a
+// refused copy falls back to, the probe of our own byte): TSan's signal
+// interception does not hand such a fault to the guard (see
+// rc_vanished_memory_test.cpp), so the plain and ASan builds check them.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_WHERE_FAULTS_ARE_NOT_GUARDED() GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer"
+#else
+#define SKIP_WHERE_FAULTS_ARE_NOT_GUARDED() (void)0
+#endif
+
 constexpr size_t kBuf = (8u << 20) + 4096;
 constexpr uint8_t kPoison = 0xa5;
 constexpr size_t kGuard = 64;
@@ -338,6 +348,7 @@ TEST(RcCopyMore, BadKeysFailAsWithPackets) {
 // The responder's region re-protected (no access) after registration: a
 // READ of it is REM_ACCESS_ERR on both paths, counted as a memory fault.
 TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   for (const bool copy : {false, true}) {
     SCOPED_TRACE(copy ? "one copy" : "packets");
     Pair p(copy_options(Mtu::m4096, copy));
@@ -362,6 +373,7 @@ TEST(RcCopyMore, ResponderRegionGoneIsRemoteAccessErrorForReads) {
 // the responses come as packets and fail to land: LOC_PROT_ERR, as without
 // the copy, and the sink is untouched.
 TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   Pair p(copy_options());
   const size_t len = Revoked::kLen;
   Revoked gone(*p.a.pd, access::kLocalWrite, 0x42, PROT_READ);
@@ -382,6 +394,7 @@ TEST(RcCopyMore, RequesterSinkReadOnlyFallsBackThenLocalProtectionError) {
 // copy stops at once, it is the responder's own fault, REM_ACCESS_ERR as
 // a packet would get, and not a byte written.
 TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   Pair p(copy_options());
   const size_t len = Revoked::kLen;
   Revoked gone(*p.b.pd, access::kLocalWrite | access::kRemoteWrite, 0x3c, PROT_READ);
@@ -404,6 +417,7 @@ TEST(RcCopyMore, ResponderRegionReadOnlyIsRemoteAccessError) {
 // UROCE_COPY_NAK, the requester sends packets, whose gather faults:
 // LOC_PROT_ERR, as without the copy.  Nothing lands at the responder.
 TEST(RcCopyMore, RequesterSourceGoneFallsBackThenLocalProtectionError) {
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   Pair p(copy_options());
   const size_t len = Revoked::kLen;
   Revoked gone(*p.a.pd, access::kLocalWrite, 0x77, PROT_NONE);
