@@ -1,12 +1,14 @@
-// The one-copy WRITE, requester side (docs/one_copy_design.md).
+// The one-copy WRITE and READ, requester side (docs/one_copy_design.md).
 //
 // A large RC WRITE to a uroce peer whose ring is in this host's shared
 // memory goes as UROCE_COPY_WRITE requests (wire/copy.hpp), each standing
-// for up to a window's packets: the responder pulls the bytes out of our
-// memory with one process_vm_readv.  PSNs, the window, ACKs, go-back-N and
-// completions are those of the packets it stands for (requester.cpp
-// emit_data).  A peer that cannot make the copy answers UROCE_COPY_NAK: the
-// QP then sends its WRITEs as packets, from that PSN on.
+// for up to 512 KiB of packets: the responder pulls the bytes out of our
+// memory with one process_vm_readv.  A large READ asks for each segment
+// with a UROCE_COPY_READ naming where its bytes go (requester.cpp
+// send_read_request).  PSNs, the window, ACKs, go-back-N and completions
+// are those of the packets a request stands for.  A peer that cannot make
+// the copy answers UROCE_COPY_NAK: the QP then sends its WRITEs and READs
+// as packets, from that PSN on.
 #include "common/log.hpp"
 #include "transport/protocol.hpp"
 #include "transport/requester.hpp"
@@ -77,9 +79,9 @@ uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept {
                                  max_window_pkts(qp) > ahead ? max_window_pkts(qp) - ahead : 0);
   const uint32_t left = w.npkts - r.send_pkt;
   // At least two chunks fit the window: one is copied while the ACK of the
-  // one before comes back and the next goes out.  (One chunk per window --
-  // 512 KiB at qperf's 2048-byte MTU -- left the responder idle between
-  // chunks: qperf rc_rdma_write_bw 1 MiB moved 4.2 GB/s.)
+  // one before comes back and the next goes out (at qperf's 2048-byte MTU
+  // the window is 512 KiB, one whole chunk).  qperf rc_rdma_write_bw 1 MiB
+  // did not gain from it: its client sleeps for each completion.
   const uint32_t chunk = std::max<uint32_t>(1, std::min(kCopyChunkBytes / qp.mtu, max_window_pkts(qp) / 2));
   const uint32_t k = std::min({left, room, chunk});
   // A sliver of the window goes as packets: it opens again by chunks.
