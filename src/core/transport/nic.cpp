@@ -177,7 +177,7 @@ Status Nic::open_io(const IoFactory* factory) {
     if (!env.ok()) return env.status();
     faults_ = *env;
   }
-  // One-copy WRITEs to same-host peers: asked for, and allowed here.
+  // One-copy WRITEs and READs with same-host peers: asked for, and allowed here.
   if (cfg_.shm_copy) {
     copy_serve_ = *cfg_.shm_copy;
   } else {
@@ -187,8 +187,8 @@ Status Nic::open_io(const IoFactory* factory) {
   }
   if (copy_serve_ && !net::cross_memory_attach_works()) {
     UROCE_LOG(warn,
-              "device %s: one-copy WRITEs asked for, but this process may not use process_vm_readv: "
-              "WRITEs go as packets",
+              "device %s: one-copy WRITEs and READs asked for, but this process may not use "
+              "process_vm_readv: they go as packets",
               cfg_.name.c_str());
     copy_serve_ = false;
   }
