@@ -82,4 +82,17 @@ inline bool copy(void* dst, const void* src, size_t n, const void* app) noexcept
   return run(app, n, [&] { std::memcpy(dst, src, n); });
 }
 
+// Whether every page of [p, p + n) can be read now: one byte of each is.
+inline bool readable(const void* p, size_t n) noexcept {
+  if (n == 0) return true;
+  return run(p, n, [&] {
+    const auto* b = static_cast<const volatile uint8_t*>(p);
+    constexpr size_t kPage = 4096;  // (a larger page is read more often than needed)
+    const size_t first_gap = kPage - (reinterpret_cast<uintptr_t>(p) & (kPage - 1));
+    (void)b[0];
+    for (size_t off = first_gap; off < n; off += kPage) (void)b[off];
+    (void)b[n - 1];
+  });
+}
+
 }  // namespace uroce::fault_guard

@@ -237,6 +237,7 @@ bool FakeNetwork::inject(const Endpoint& ep, FakePacket pkt) {
 FakeIo::~FakeIo() { net_->detach(local_); }
 
 size_t FakeIo::send_batch(std::span<const TxPacket> pkts) noexcept {
+  finish_icrcs(pkts);
   size_t ok = 0;
   size_t first = 0;
   // Hand over runs of acceptable packets; refuse oversize / wrong-family ones.
@@ -269,6 +270,7 @@ size_t FakeIo::recv_batch(std::span<RxPacket> out) noexcept {
     r.tos = p.tos;
     r.ttl = 64;
     r.via_ring = false;
+    r.icrc_omitted = false;
     ++stats_.rx_packets;
     stats_.rx_bytes += p.data.size();
     if (r.truncated) ++stats_.rx_truncated;

@@ -229,6 +229,10 @@ void FaultIo::tx_one(const TxPacket& in, Clock::time_point now) noexcept {
   }
   const Fate f = decide(tx_rng_, cfg_.tx, in.size(), tx_counts_);
   if (f.drop) return;
+  // What leaves from here on carries its ICRC, computed before any byte
+  // is flipped: a corrupted packet must fail the receiver's check.
+  finish_icrc(in);
+  p.icrc = nullptr;
   if (f.ce && (p.tos & 3) != 0) {
     p.tos |= 3;
     ++tx_counts_.ce_marked;
@@ -384,6 +388,7 @@ size_t FaultIo::recv_batch(std::span<RxPacket> out) noexcept {
       }
       std::vector<uint8_t> corrupted;
       if (f.corrupt) {
+        rx_in_[i].icrc_omitted = false;  // (so that the ICRC check catches it)
         corrupted = take_buf();
         corrupted.assign(p.data.begin(), p.data.end());
         corrupted[f.corrupt_pos] ^= f.corrupt_xor;

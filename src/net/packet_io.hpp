@@ -14,8 +14,18 @@
 
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
+#include "wire/icrc.hpp"
 
 namespace uroce::net {
+
+// An ICRC not computed yet: the I/O that puts the packet on a wire writes
+// it (finish_icrc) over these IP/UDP fields to `out`, the packet's last 4
+// bytes; one that hands it to a peer who does not check it (a uroce process
+// whose ring says kRingTakesNoIcrc) leaves it out.
+struct PendingIcrc {
+  wire::IpUdpFields ip;
+  uint8_t* out = nullptr;
+};
 
 // One datagram to send: the UDP payload is head | body | tail, gathered
 // without copying.  head holds the BTH and extension headers, body points at
@@ -32,9 +42,19 @@ struct TxPacket {
   // kernel cuts the train into datagrams whose IPv4 IDs count up from 0,
   // so packet i of a train carries the ICRC for IPv4 ID i.  0 or 1: alone.
   uint16_t gso_segments = 0;
+  // Non-null: the ICRC is still to be written (see PendingIcrc).
+  const PendingIcrc* icrc = nullptr;
 
   size_t size() const noexcept { return head.size() + body.size() + tail.size(); }
 };
+
+// Writes a pending ICRC (no-op without one).  Reading the body may fault
+// (application memory unmapped since the packet was built): the ICRC is
+// then left wrong, and the packet is lost as a NIC's DMA read error loses
+// it.
+void finish_icrc(const TxPacket& pkt) noexcept;
+// finish_icrc() for each packet.
+void finish_icrcs(std::span<const TxPacket> pkts) noexcept;
 
 // One received datagram.  `data` points into a buffer owned by the PacketIo
 // and stays valid until the next recv_batch() call.
@@ -52,6 +72,9 @@ struct RxPacket {
   // sent by a uroce process of this host and user.  Only such a packet may
   // ask for a one-copy WRITE (wire/copy.hpp).
   bool via_ring = false;
+  // A ring packet whose sender left the ICRC out (its last 4 bytes are not
+  // one): nothing between its sender and us could have corrupted it.
+  bool icrc_omitted = false;
 };
 
 // A uroce process of this host (net/peer_process.hpp names one so), and
@@ -64,6 +87,10 @@ struct RingOwner {
 // The ring's owner carries out one-copy requests (wire/copy.hpp).  An
 // older uroce leaves the word 0: it is sent packets.
 inline constexpr uint64_t kRingTakesCopy = 1;
+// The ring's owner takes packets whose ICRC was left out (RxPacket::
+// icrc_omitted): it checks no ICRC on what its ring brings.  An older uroce
+// leaves the bit 0: its packets carry ICRCs.
+inline constexpr uint64_t kRingTakesNoIcrc = 2;
 
 // Faults injected in one direction by a FaultIo (net/fault_io.hpp).
 struct FaultCounts {

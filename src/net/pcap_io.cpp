@@ -15,6 +15,7 @@
 #include "common/parse_number.hpp"
 #include "wire/bytes.hpp"
 #include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
 
 namespace uroce::net {
 namespace {
@@ -121,6 +122,9 @@ void PcapIo::record(const wire::IpUdpFields& ip, const wire::IpVariantFields& v,
 }
 
 size_t PcapIo::send_batch(std::span<const TxPacket> pkts) noexcept {
+  // The trace shows every packet with its ICRC, even one a same-host
+  // peer's ring would have taken without.
+  finish_icrcs(pkts);
   const size_t n = inner_->send_batch(pkts);
   if (full()) return n;
   const Endpoint me = inner_->local();
@@ -151,6 +155,16 @@ size_t PcapIo::recv_batch(std::span<RxPacket> out) noexcept {
     wire::IpUdpFields ip{p.src.addr,     p.dst,
                          p.src.port,     p.dst.is_multicast() ? wire::kRoceUdpPort : port,
                          p.ipv4_id_hint, wire::kIpv4DontFragment};
+    if (p.icrc_omitted && p.data.size() >= wire::kIcrcLen) {
+      // A same-host peer left it out (net::kRingTakesNoIcrc): the trace
+      // gets the one it would have sent.
+      const std::span<const uint8_t> body(p.data.data(), p.data.size() - wire::kIcrcLen);
+      uint8_t icrc[wire::kIcrcLen];
+      wire::put_icrc(wire::compute_icrc(ip, p.data), icrc);
+      const std::span<const uint8_t> parts[] = {body, icrc};
+      record(ip, {.tos = p.tos, .ttl = p.ttl ? p.ttl : uint8_t(64)}, parts);
+      continue;
+    }
     if (ip.src.is_v4()) {
       uint16_t id = ip.ipv4_id;  // left as it is if nothing matches
       (void)wire::verify_icrc(ip, p.data, &id);

@@ -309,6 +309,7 @@ ShmRing::Put ShmRing::put(const ShmMeta& m, std::span<const uint8_t> head, std::
   s.ipv4_id_hint = m.ipv4_id_hint;
   s.tos = m.tos;
   s.ttl = m.ttl;
+  s.flags = m.icrc_omitted ? shm::kSlotNoIcrc : 0;
   uint8_t* p = payload_at(pos);
   if (!head.empty()) std::memcpy(p, head.data(), head.size());
   // The body may be application memory, unmapped since the packet was
@@ -376,6 +377,7 @@ size_t ShmRing::take(std::span<RxPacket> out) noexcept {
       pkt.truncated = s.len > payload_max_;
       pkt.ipv4_id_hint = s.ipv4_id_hint;
       pkt.via_ring = true;
+      pkt.icrc_omitted = (s.flags & shm::kSlotNoIcrc) != 0;
       bytes += len;
       ++n;
       ++h;

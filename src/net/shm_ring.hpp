@@ -97,8 +97,11 @@ struct alignas(64) SlotHead {
   uint16_t ipv4_id_hint;
   uint8_t tos;
   uint8_t ttl;
+  uint8_t flags;  // kSlot* bits (0 from a producer before they existed)
 };
 static_assert(sizeof(SlotHead) == kSlotHeader);
+// The producer left the packet's ICRC out (net::kRingTakesNoIcrc).
+inline constexpr uint8_t kSlotNoIcrc = 1;
 
 enum class State : uint32_t { free = 0, writing = 1, ready = 2, skipped = 3 };
 constexpr uint64_t kPidBits = 22;
@@ -126,6 +129,7 @@ struct ShmMeta {
   IpAddr dst;
   uint8_t tos = 0, ttl = 64;
   uint16_t ipv4_id_hint = 0;
+  bool icrc_omitted = false;  // the last 4 bytes are not an ICRC
 };
 
 class ShmRing {

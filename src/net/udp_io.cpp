@@ -290,6 +290,7 @@ size_t UdpIo::flush(size_t n) noexcept {
 }
 
 size_t UdpIo::send_batch(std::span<const TxPacket> pkts) noexcept {
+  finish_icrcs(pkts);
   Rings& r = *r_;
   size_t n = 0, sent = 0, k = 0, iov_used = 0;
   congested_ = false;
@@ -524,6 +525,7 @@ size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
     p.ttl = m.ttl;
     p.ipv4_id_hint = rx_seg_;
     p.via_ring = false;
+    p.icrc_omitted = false;
     ++stats_.rx_packets;
     if (p.truncated) ++stats_.rx_truncated;
     rx_off_ += seg;

@@ -1,6 +1,6 @@
-// The fixture of the shared-memory tests (shm_ring_test.cpp, shm_io_test.cpp):
-// a private directory under /dev/shm per test, removed after it, and
-// packets that say who made them and check their own bytes.
+// The fixture of the shared-memory tests (shm_ring_test.cpp, shm_io_test.cpp,
+// shm_icrc_test.cpp): a private directory under /dev/shm per test, removed
+// after it, and packets that say who made them and check their own bytes.
 #pragma once
 
 #include <dirent.h>

@@ -1,6 +1,7 @@
 // RC over a misbehaving FakeNetwork: every packet duplicated, packets
-// reordered, pseudo-random loss in both directions under mixed traffic.
-// Everything takes effect exactly once and the data is exact.
+// reordered, pseudo-random loss in both directions under mixed traffic;
+// corrupted packets between same-host peers.  Everything takes effect
+// exactly once and the data is exact.
 #include "fake_wire.hpp"
 
 namespace uroce::test {
@@ -137,6 +138,51 @@ TEST(RcLossyNetwork, SteadyLossUnderMixedTraffic) {
   EXPECT_EQ(first_diff(p.a.buf.data() + 100000, p.b.buf.data() + 200000, kRounds * 20000), -1);
   EXPECT_EQ(first_diff(p.a.buf.data() + 500000, p.b.buf.data() + 500000, kRounds * 30000), -1);
   EXPECT_GT(p.a.counters().req_retransmits, 0u);
+}
+
+// Between same-host peers the ring packets carry no ICRC
+// (net::kRingTakesNoIcrc): a byte flipped on the way in (a fault injector
+// between ring and NIC) still makes the packet fail its ICRC, as on a wire,
+// and it is resent.  Without faults, no packet fails.
+TEST(RcLossyNetwork, CorruptedRingPacketsFailTheirIcrcAndAreResent) {
+  for (const double rate : {0.0, 0.05}) {
+    SCOPED_TRACE(rate);
+    PairOptions o = over(PacketPath::shm);
+    o.timeout = 10;
+    o.wrap_b = [rate](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
+      FaultConfig fc;
+      fc.seed = 21;
+      fc.rx.corrupt = rate;
+      return std::move(net::FaultIo::wrap(std::move(io), fc).value());
+    };
+    Pair p(o);
+    constexpr uint32_t kLen = 200000;
+    fill_pattern(p.a.buf.data(), kLen, 12);
+    ASSERT_TRUE(post_recv(*p.b.qp, 7, {p.b.sge(kLen, 3000)}).ok());
+    Sge s_write = p.a.sge(0, kLen), s_send = p.a.sge(0, 3000);
+    std::vector<SendWr> wrs;
+    wrs.push_back(make_wr(1, WrOpcode::rdma_write, &s_write, p.b.addr(0), p.b.mr->rkey()));
+    wrs.push_back(make_wr(2, WrOpcode::send, &s_send));
+    size_t bad;
+    ASSERT_TRUE(p.a.qp->post_send(wrs, &bad).ok());
+    auto sc = poll_n(*p.a.scq, 2, 20000);
+    ASSERT_EQ(sc.size(), 2u);
+    for (const auto& wc : sc) EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    auto rc = poll_n(*p.b.rcq, 1);
+    ASSERT_EQ(rc.size(), 1u);
+    EXPECT_EQ(rc[0].byte_len, 3000u);
+    EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), kLen), -1);
+    EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data() + kLen, 3000), -1);
+    const Counters b = p.b.counters();
+    EXPECT_GT(b.shm_rx_packets, 50u) << "the packets came through the ring";
+    if (rate == 0) {
+      EXPECT_EQ(b.rx_icrc_bad, 0u);
+      EXPECT_EQ(p.a.counters().req_retransmits, 0u);
+    } else {
+      EXPECT_GT(b.rx_icrc_bad, 0u);
+      EXPECT_GT(p.a.counters().req_retransmits, 0u);
+    }
+  }
 }
 
 }  // namespace

@@ -261,6 +261,7 @@ class Nic {
   explicit Nic(const NicConfig& cfg);
   Status open_io(const IoFactory* factory);
   void dispatch(net::RxPacket& pkt) noexcept;
+  bool icrc_ok(const net::RxPacket& raw) noexcept;                                     // counts a bad one
   void gsi_receive(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;        // NIC lock held
   void deliver_multicast(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;  // NIC lock held
   void run_timers() noexcept;

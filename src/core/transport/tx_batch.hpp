@@ -37,7 +37,8 @@ class TxBatch {
   uint8_t* scratch() noexcept { return slots_[n_].bounce.get(); }
 
   // Adds one packet: encodes h (opcode h.bth.opcode; BTH pad is set from the
-  // body length), appends pad and the ICRC computed over `ip`.  The body is
+  // body length), appends pad and room for the ICRC over `ip`, which the
+  // I/O computes (net::PendingIcrc).  The body is
   // not copied: it must stay valid until flush().  Caller ensures !full().
   // False, and nothing added, if reading the body faulted: application
   // memory unmapped or re-protected since it was registered.
@@ -51,6 +52,7 @@ class TxBatch {
   struct Slot {
     alignas(64) uint8_t head[64];
     uint8_t tail[8];
+    net::PendingIcrc icrc;
     std::unique_ptr<uint8_t[]> bounce;
   };
   std::array<Slot, kSlots> slots_;
