@@ -318,7 +318,11 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
     const size_t segs = first.gso_segments > 1 ? std::min<size_t>(first.gso_segments, pkts.size() - k) : 1;
     Peer* p = nullptr;
     // Only an address of this host can have a ring: others take no look-up.
-    if (use_shm_ && first.dst.addr.is_v4() == udp_->local().addr.is_v4() && udp_->host_local(first.dst.addr))
+    // One we reached through a ring lately is (that saves the question per
+    // packet to a same-host peer).
+    const Peer* last = last_peer_ < peers_.size() ? &peers_[last_peer_] : nullptr;
+    if (use_shm_ && ((last && last->ring && last->ep.addr == first.dst.addr) ||
+                     (first.dst.addr.is_v4() == udp_->local().addr.is_v4() && udp_->host_local(first.dst.addr))))
       p = ring_peer(first, now);
     if (!p) {  // by UDP, trains as they are
       udp_out_.insert(udp_out_.end(), pkts.begin() + ptrdiff_t(k), pkts.begin() + ptrdiff_t(k + segs));

@@ -102,9 +102,10 @@ Status Session::setup() {
 Status Session::top_up(uint32_t want) {
   Sge sge = mr_->sge(0, kMaxSize);
   RecvWr wrs[32];
-  for (RecvWr& w : wrs) w = RecvWr{.wr_id = 1, .sg_list = {&sge, 1}};
   while (posted_ < want) {
     const uint32_t n = std::min<uint32_t>(32, want - posted_);
+    // (only those posted: a round trip reposts one)
+    for (uint32_t i = 0; i < n; ++i) wrs[i] = RecvWr{.wr_id = 1, .sg_list = {&sge, 1}};
     UROCE_TRY(qp_->post_recv(std::span<const RecvWr>(wrs, n)));
     posted_ += n;
   }
