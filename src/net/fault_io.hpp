@@ -79,6 +79,7 @@ class FaultIo final : public PacketIo {
     return inner_->ring_owner(dst, dest_qpn, out);
   }
   void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
+  bool defers_icrc() const noexcept override { return inner_->defers_icrc(); }
   IoStats stats() const noexcept override;
 
   const FaultConfig& config() const noexcept { return cfg_; }

@@ -53,8 +53,11 @@ struct TxPacket {
 // then left wrong, and the packet is lost as a NIC's DMA read error loses
 // it.
 void finish_icrc(const TxPacket& pkt) noexcept;
-// finish_icrc() for each packet.
-void finish_icrcs(std::span<const TxPacket> pkts) noexcept;
+// finish_icrc() for each packet that needs it.
+inline void finish_icrcs(std::span<const TxPacket> pkts) noexcept {
+  for (const TxPacket& p : pkts)
+    if (p.icrc) finish_icrc(p);
+}
 
 // One received datagram.  `data` points into a buffer owned by the PacketIo
 // and stays valid until the next recv_batch() call.
@@ -163,6 +166,11 @@ class PacketIo {
   virtual Status leave_group(const IpAddr& group) {
     return err::from_errno(EOPNOTSUPP, "multicast " + group.to_string() + ": not on this packet I/O");
   }
+
+  // Whether packets may come with their ICRC pending (TxPacket::icrc):
+  // true where some are sent without one (ShmIo); elsewhere the transport
+  // computes it as it builds the packet, reading the payload once.
+  virtual bool defers_icrc() const noexcept { return false; }
 
   // Longest GSO train send_batch() takes (see TxPacket::gso_segments); 0
   // when this I/O cannot send trains.

@@ -62,6 +62,7 @@ class PcapIo final : public PacketIo {
     return inner_->ring_owner(dst, dest_qpn, out);
   }
   void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
+  bool defers_icrc() const noexcept override { return inner_->defers_icrc(); }
   IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:

@@ -115,6 +115,7 @@ class ShmIo final : public PacketIo {
   bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }
   bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override;
   void advertise(uint64_t caps) noexcept override;
+  bool defers_icrc() const noexcept override { return use_shm_; }
   IoStats stats() const noexcept override;
 
   UdpIo& udp() noexcept { return *udp_; }

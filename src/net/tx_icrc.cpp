@@ -18,8 +18,4 @@ void finish_icrc(const TxPacket& pkt) noexcept {
   wire::put_icrc(crc.value(), pkt.icrc->out);
 }
 
-void finish_icrcs(std::span<const TxPacket> pkts) noexcept {
-  for (const TxPacket& p : pkts) finish_icrc(p);
-}
-
 }  // namespace uroce::net

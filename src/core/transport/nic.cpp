@@ -225,6 +225,7 @@ Status Nic::open_io(const IoFactory* factory) {
   io_->advertise((copy_serve_ ? net::kRingTakesCopy : 0) | net::kRingTakesNoIcrc);
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());
+  tx_.set_defer_icrc(io_->defers_icrc());
   if (net::stats_enabled()) {
     std::vector<std::string_view> names;
     counters_.for_each([&](const char* n, uint64_t) { names.emplace_back(n); });
@@ -413,10 +414,10 @@ size_t Nic::poll_rx() noexcept {
 // ring crossed none: only processes of our user can write there (and they
 // could compute any ICRC they liked), so its sender may leave the ICRC out
 // (we advertise net::kRingTakesNoIcrc), saving each side about 250
-// instructions a packet.  A fault-injecting I/O that corrupts such a packet
-// clears icrc_omitted, so the check catches it.
-bool Nic::icrc_ok(const net::RxPacket& raw) noexcept {
-  if (raw.via_ring && raw.icrc_omitted) return true;
+// instructions a packet, and dispatch() does not call this for it.  A
+// fault-injecting I/O that corrupts such a packet clears icrc_omitted, so
+// the check catches it.
+inline bool Nic::icrc_ok(const net::RxPacket& raw) noexcept {
   wire::IpUdpFields ip;
   ip.src = raw.src.addr;
   ip.dst = raw.dst;
@@ -448,7 +449,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     UROCE_LOG(debug, "drop from %s: %s", raw.src.to_string().c_str(), wire::to_string(derr));
     return;
   }
-  if (!icrc_ok(raw)) return;
+  if (!(raw.via_ring && raw.icrc_omitted) && !icrc_ok(raw)) return;
   // The port's P_Key table holds the default key only (ibv_query_pkey):
   // a packet of another partition is dropped, as rxe and NICs drop it.
   if (!wire::pkey_matches(pkt.hdr.bth.pkey, wire::kDefaultPkey)) {

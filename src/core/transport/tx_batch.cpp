@@ -27,13 +27,24 @@ bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ && udp_len <= train_seg_ &&
                     train_bytes_ + udp_len <= 65000 && pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
   // The body may be application memory that went away since it was
-  // registered: the packet is then not added (nothing changed).  The ICRC
-  // is left to the I/O (net::PendingIcrc): a same-host peer's ring takes
-  // none, and the wire's is computed as the packet leaves.
-  if (!fault_guard::readable(body.data(), body.size())) return false;
-  s.icrc.ip = ip;
-  if (join) s.icrc.ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
-  s.icrc.out = s.tail + pad;
+  // registered: the packet is then not added (nothing changed).
+  std::memset(s.tail, 0, pad);
+  const net::PendingIcrc* pending = nullptr;
+  if (defer_icrc_) {  // (a same-host peer's ring may take it without)
+    if (!fault_guard::readable(body.data(), body.size())) return false;
+    s.icrc.ip = ip;
+    if (join) s.icrc.ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
+    s.icrc.out = s.tail + pad;
+    pending = &s.icrc;
+  } else {
+    wire::IpUdpFields seg_ip = ip;
+    if (join) seg_ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
+    wire::Icrc crc(seg_ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
+    crc.update(std::span<const uint8_t>(s.head + 12, hlen - 12));
+    if (!body.empty() && !fault_guard::run(body.data(), body.size(), [&] { crc.update(body); })) return false;
+    crc.update(std::span<const uint8_t>(s.tail, pad));
+    wire::put_icrc(crc.value(), s.tail + pad);
+  }
   if (join) {
     ++train_len_;
     train_bytes_ += udp_len;
@@ -46,11 +57,10 @@ bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
     train_bytes_ = train_seg_ = udp_len;
     train_closed_ = gso_max_ < 2 || ack;
   }
-  std::memset(s.tail, 0, pad);
   pkts_[n_] = net::TxPacket{dst,    std::span<const uint8_t>(s.head, hlen),
                             body,   std::span<const uint8_t>(s.tail, pad + wire::kIcrcLen),
                             tos,    uint16_t(join ? 0 : 1),
-                            &s.icrc};
+                            pending};
   ++n_;
   return true;
 }

@@ -26,6 +26,9 @@ class TxBatch {
   // Packets to one destination of one size (the last may be shorter) form
   // GSO trains of up to `n` packets (0/1: never; see net::TxPacket).
   void set_gso_max(uint16_t n) noexcept { gso_max_ = n; }
+  // Leave each packet's ICRC to the I/O (net::PendingIcrc), which may
+  // send it without one; else compute it in add().
+  void set_defer_icrc(bool on) noexcept { defer_icrc_ = on; }
 
   bool full() const noexcept { return n_ == kSlots; }
   // The train the packet added last went into: a number that changes with
@@ -37,8 +40,8 @@ class TxBatch {
   uint8_t* scratch() noexcept { return slots_[n_].bounce.get(); }
 
   // Adds one packet: encodes h (opcode h.bth.opcode; BTH pad is set from the
-  // body length), appends pad and room for the ICRC over `ip`, which the
-  // I/O computes (net::PendingIcrc).  The body is
+  // body length), appends pad and the ICRC over `ip` (or room for it, left
+  // to the I/O: set_defer_icrc).  The body is
   // not copied: it must stay valid until flush().  Caller ensures !full().
   // False, and nothing added, if reading the body faulted: application
   // memory unmapped or re-protected since it was registered.
@@ -60,6 +63,7 @@ class TxBatch {
   size_t n_ = 0;
   // the train being built: its first packet, length, bytes and segment size
   uint16_t gso_max_ = 0;
+  bool defer_icrc_ = false;
   size_t train_first_ = 0;
   uint16_t train_len_ = 0;
   size_t train_bytes_ = 0, train_seg_ = 0;
