@@ -8,8 +8,10 @@
 // lock serialises callers); wait_fd() may be polled by any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "common/ip_addr.hpp"
@@ -199,6 +201,19 @@ class PacketIo {
   }
   // What our own ring tells the processes that find it (kRing* bits).
   virtual void advertise(uint64_t caps) noexcept { (void)caps; }
+
+  // The copy gate of a ring (transport/copy_gate.hpp): two words of its
+  // header, [0] the generation its owner's fences advance, [1] the copies
+  // in progress into or out of the owner's memory.  Our own ring's (null
+  // without one), and that of the ring packets to the QP `dest_qpn` at
+  // `dst` go through, held as long as the pointer is (null when they go
+  // by UDP).
+  virtual std::atomic<uint64_t>* copy_gate() noexcept { return nullptr; }
+  virtual std::shared_ptr<std::atomic<uint64_t>> peer_copy_gate(const Endpoint& dst, uint32_t dest_qpn) noexcept {
+    (void)dst;
+    (void)dest_qpn;
+    return nullptr;
+  }
 
   virtual IoStats stats() const noexcept = 0;
 };

@@ -62,6 +62,10 @@ class PcapIo final : public PacketIo {
     return inner_->ring_owner(dst, dest_qpn, out);
   }
   void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
+  std::atomic<uint64_t>* copy_gate() noexcept override { return inner_->copy_gate(); }
+  std::shared_ptr<std::atomic<uint64_t>> peer_copy_gate(const Endpoint& dst, uint32_t dest_qpn) noexcept override {
+    return inner_->peer_copy_gate(dst, dest_qpn);
+  }
   bool defers_icrc() const noexcept override { return inner_->defers_icrc(); }
   IoStats stats() const noexcept override { return inner_->stats(); }
 

@@ -23,6 +23,7 @@ constexpr auto kRingHot = std::chrono::milliseconds(1);          // the ring fed
 constexpr size_t kMaxPeers = 1024;
 constexpr size_t kBellToken = 0;  // the ring header's user word holding the bell's token
 constexpr size_t kCapsWord = 1;   // ...and the one holding RingOwner::caps
+constexpr size_t kGateWords = 2;  // ...and the first of the two of the copy gate (packet_io.hpp)
 constexpr uint32_t kGsiQpn = 1;
 constexpr uint32_t kQpnIndexBits = 14;  // QPNs are registry slot << 14 | index (net/registry.hpp)
 
@@ -298,6 +299,20 @@ bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) n
   out.start = p.ring->header().owner_start;
   out.caps = p.ring->header().user[kCapsWord].load(std::memory_order_relaxed);
   return true;
+}
+
+std::atomic<uint64_t>* ShmIo::copy_gate() noexcept { return ring_ ? &ring_->header().user[kGateWords] : nullptr; }
+
+std::shared_ptr<std::atomic<uint64_t>> ShmIo::peer_copy_gate(const Endpoint& dst, uint32_t dest_qpn) noexcept {
+  if (!use_shm_ || dest_qpn == kGsiQpn || dst.addr.is_v4() != udp_->local().addr.is_v4() || !udp_->host_local(dst.addr))
+    return nullptr;
+  if (peers_.size() >= kMaxPeers) {  // (as send_batch does)
+    peers_.clear();
+    last_peer_ = 0;
+  }
+  const Peer& p = peers_[peer(dst, int(dest_qpn >> kQpnIndexBits), Clock::now())];
+  if (!p.ring) return nullptr;
+  return std::shared_ptr<std::atomic<uint64_t>>(p.ring, &p.ring->header().user[kGateWords]);
 }
 
 void ShmIo::advertise(uint64_t caps) noexcept {

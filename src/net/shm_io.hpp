@@ -115,6 +115,8 @@ class ShmIo final : public PacketIo {
   bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }
   bool ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept override;
   void advertise(uint64_t caps) noexcept override;
+  std::atomic<uint64_t>* copy_gate() noexcept override;
+  std::shared_ptr<std::atomic<uint64_t>> peer_copy_gate(const Endpoint& dst, uint32_t dest_qpn) noexcept override;
   bool defers_icrc() const noexcept override { return use_shm_; }
   IoStats stats() const noexcept override;
 

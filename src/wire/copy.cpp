@@ -26,7 +26,7 @@ size_t write_copy_request(const CopyRequest& w, std::span<uint8_t> out) noexcept
   Writer wr(out);
   const bool ok = wr.bytes(kRequestMagic) && wr.u8(kCopyVersion) && wr.u8(w.flags) &&
                   wr.u16(uint16_t(w.ranges.size())) && wr.u32(w.packets) && wr.u32(w.bytes) && wr.u64(w.va) &&
-                  wr.u32(w.rkey) && wr.u32(w.length) && wr.u32(w.imm) && wr.u32(0);
+                  wr.u32(w.rkey) && wr.u32(w.length) && wr.u32(w.imm) && wr.u32(w.gate);
   if (!ok) return 0;
   for (const CopyRange& c : w.ranges)
     if (!wr.u64(c.addr) || !wr.u32(c.len)) return 0;
@@ -37,9 +37,8 @@ std::optional<CopyRequest> parse_copy_request(std::span<const uint8_t> payload) 
   Reader r(payload);
   CopyRequest w;
   uint16_t n = 0;
-  uint32_t reserved = 0;
   if (!magic_ok(r, kRequestMagic) || !r.u8(w.flags) || !r.u16(n) || !r.u32(w.packets) || !r.u32(w.bytes) ||
-      !r.u64(w.va) || !r.u32(w.rkey) || !r.u32(w.length) || !r.u32(w.imm) || !r.u32(reserved))
+      !r.u64(w.va) || !r.u32(w.rkey) || !r.u32(w.length) || !r.u32(w.imm) || !r.u32(w.gate))
     return std::nullopt;
   if (w.flags & ~(kCopyFirst | kCopyLast | kCopyImm) || n == 0 || n > kCopyMaxRanges || w.packets == 0 ||
       r.remaining() != size_t(n) * kCopyRangeLen)
@@ -68,7 +67,9 @@ std::optional<CopyNakReason> parse_copy_nak(std::span<const uint8_t> payload) no
   Reader r(payload);
   uint8_t why = 0;
   if (payload.size() != kCopyNakLen || !magic_ok(r, kNakMagic) || !r.u8(why)) return std::nullopt;
-  if (why != uint8_t(CopyNakReason::refused) && why != uint8_t(CopyNakReason::requester_fault)) return std::nullopt;
+  if (why != uint8_t(CopyNakReason::refused) && why != uint8_t(CopyNakReason::requester_fault) &&
+      why != uint8_t(CopyNakReason::stale))
+    return std::nullopt;
   return CopyNakReason(why);
 }
 

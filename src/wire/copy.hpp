@@ -10,7 +10,9 @@
 //   packets k (4), bytes (4),
 //   RETH-like va (8), rkey (4), message length (4) -- meaningful on the
 //   first request of a message, as a FIRST packet's RETH,
-//   immediate data (4), reserved (4),
+//   immediate data (4), gate generation (4: the requester's copy gate as
+//   it built the request, net/packet_io.hpp CopyGate; 0 from a requester
+//   that has none),
 //   n ranges of the requester's address space: address (8), length (4).
 // The ranges' lengths add up to `bytes`; `bytes` is k MTUs, or on the last
 // request what is left of the message.
@@ -29,8 +31,9 @@
 // UROCE_COPY_NAK (0xc3), responder to requester: the request at the BTH PSN
 // (for a READ: the response from it on) was not carried out because the
 // copy could not be made (the kernel refused, or the requester's memory
-// faulted); resend from that PSN as packets.  Payload: magic "uRCN" (4),
-// version (1), reason (1), reserved (2).
+// faulted, or the requester closed its gate since it asked); resend from
+// that PSN as packets.  Payload: magic "uRCN" (4), version (1), reason (1),
+// reserved (2).
 #pragma once
 
 #include <array>
@@ -67,12 +70,14 @@ struct CopyRequest {
   uint32_t rkey = 0;
   uint32_t length = 0;
   uint32_t imm = 0;
+  uint32_t gate = 0;  // the requester's gate generation
   std::vector<CopyRange> ranges;
 };
 
 enum class CopyNakReason : uint8_t {
   refused = 1,          // the kernel would not let the responder copy (EPERM, ESRCH, ENOSYS)
   requester_fault = 2,  // the requester's memory (a WRITE's source, a READ's sink) faulted under the copy
+  stale = 3,            // the requester's gate moved on since (it flushed a QP or deregistered memory)
 };
 
 // Writes the payload of `w` into `out`: its length, 0 if it does not fit.

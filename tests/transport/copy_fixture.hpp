@@ -34,6 +34,36 @@ inline PairOptions copy_options(Mtu mtu = Mtu::m4096, bool copy = true) {
   return o;
 }
 
+// A decorator of a side's packet I/O (PairOptions::wrap_a, wrap_b) that
+// passes everything through: tests override what they change.
+class ForwardingIo : public net::PacketIo {
+ public:
+  explicit ForwardingIo(std::unique_ptr<net::PacketIo> inner) : inner_(std::move(inner)) {}
+  Endpoint local() const noexcept override { return inner_->local(); }
+  uint16_t tx_ipv4_id() const noexcept override { return inner_->tx_ipv4_id(); }
+  size_t send_batch(std::span<const net::TxPacket> pkts) noexcept override { return inner_->send_batch(pkts); }
+  size_t recv_batch(std::span<net::RxPacket> out) noexcept override { return inner_->recv_batch(out); }
+  int wait_fd() const noexcept override { return inner_->wait_fd(); }
+  bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
+  void done_wait() noexcept override { inner_->done_wait(); }
+  int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
+  size_t max_payload() const noexcept override { return inner_->max_payload(); }
+  bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
+  bool ring_owner(const Endpoint& dst, uint32_t qpn, net::RingOwner& out) noexcept override {
+    return inner_->ring_owner(dst, qpn, out);
+  }
+  void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
+  bool defers_icrc() const noexcept override { return inner_->defers_icrc(); }
+  std::atomic<uint64_t>* copy_gate() noexcept override { return inner_->copy_gate(); }
+  std::shared_ptr<std::atomic<uint64_t>> peer_copy_gate(const Endpoint& dst, uint32_t qpn) noexcept override {
+    return inner_->peer_copy_gate(dst, qpn);
+  }
+  net::IoStats stats() const noexcept override { return inner_->stats(); }
+
+ protected:
+  std::unique_ptr<net::PacketIo> inner_;
+};
+
 // Orders our accesses to the buffers after the NICs' (see rc_sizes_test).
 inline void sync_with(Pair& p) {
   { std::lock_guard g(p.a.ctx->nic().mu()); }

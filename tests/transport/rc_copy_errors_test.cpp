@@ -166,11 +166,9 @@ TEST(RcCopyMore, APeerThatDidNotAskIsSentPackets) {
 // requests are answered without a second copy -- a WRITE's with its ACK, a
 // READ's with response packets the requester drops -- so nothing lands in
 // A's memory after the READ completed.
-class DupRingIo final : public net::PacketIo {
+class DupRingIo final : public ForwardingIo {
  public:
-  explicit DupRingIo(std::unique_ptr<net::PacketIo> inner) : inner_(std::move(inner)) {}
-  Endpoint local() const noexcept override { return inner_->local(); }
-  uint16_t tx_ipv4_id() const noexcept override { return inner_->tx_ipv4_id(); }
+  using ForwardingIo::ForwardingIo;
   size_t send_batch(std::span<const net::TxPacket> pkts) noexcept override {
     doubled_.clear();
     for (const net::TxPacket& x : pkts) {
@@ -180,21 +178,8 @@ class DupRingIo final : public net::PacketIo {
     }
     return inner_->send_batch(doubled_) / 2;
   }
-  size_t recv_batch(std::span<net::RxPacket> out) noexcept override { return inner_->recv_batch(out); }
-  int wait_fd() const noexcept override { return inner_->wait_fd(); }
-  bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
-  void done_wait() noexcept override { inner_->done_wait(); }
-  int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
-  size_t max_payload() const noexcept override { return inner_->max_payload(); }
-  bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
-  bool ring_owner(const Endpoint& dst, uint32_t qpn, net::RingOwner& out) noexcept override {
-    return inner_->ring_owner(dst, qpn, out);
-  }
-  void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
-  net::IoStats stats() const noexcept override { return inner_->stats(); }
 
  private:
-  std::unique_ptr<net::PacketIo> inner_;
   std::vector<net::TxPacket> doubled_;
 };
 
@@ -234,29 +219,14 @@ TEST(RcCopyMore, DuplicatedRequestsCopyOnce) {
 // B's I/O names a requester process that is not there (as when the kernel
 // refuses us the peer, or it went away): B answers UROCE_COPY_NAK, A sends
 // the rest as packets, and every WRITE still completes with its bytes.
-class StaleOwnerIo final : public net::PacketIo {
+class StaleOwnerIo final : public ForwardingIo {
  public:
-  explicit StaleOwnerIo(std::unique_ptr<net::PacketIo> inner) : inner_(std::move(inner)) {}
-  Endpoint local() const noexcept override { return inner_->local(); }
-  uint16_t tx_ipv4_id() const noexcept override { return inner_->tx_ipv4_id(); }
-  size_t send_batch(std::span<const net::TxPacket> pkts) noexcept override { return inner_->send_batch(pkts); }
-  size_t recv_batch(std::span<net::RxPacket> out) noexcept override { return inner_->recv_batch(out); }
-  int wait_fd() const noexcept override { return inner_->wait_fd(); }
-  bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
-  void done_wait() noexcept override { inner_->done_wait(); }
-  int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
-  size_t max_payload() const noexcept override { return inner_->max_payload(); }
-  bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
+  using ForwardingIo::ForwardingIo;
   bool ring_owner(const Endpoint& dst, uint32_t qpn, net::RingOwner& out) noexcept override {
     if (!inner_->ring_owner(dst, qpn, out)) return false;
     ++out.start;  // the pid now names another process
     return true;
   }
-  void advertise(uint64_t caps) noexcept override { inner_->advertise(caps); }
-  net::IoStats stats() const noexcept override { return inner_->stats(); }
-
- private:
-  std::unique_ptr<net::PacketIo> inner_;
 };
 
 TEST(RcCopyMore, RefusedCopyFallsBackToPackets) {

@@ -20,6 +20,7 @@ CopyRequest sample() {
   w.rkey = 0xa1b2c3d4;
   w.length = 0x10001;
   w.imm = 0xdeadbeef;
+  w.gate = 0x00c0ffee;
   w.ranges = {{0x7f0000001000, 0x1000}, {0x7f0000800003, 0x2000}};
   return w;
 }
@@ -39,7 +40,7 @@ TEST(wire_copy, RequestByteForByte) {
             "a1b2c3d4"          // rkey
             "00010001"          // message length
             "deadbeef"          // immediate data
-            "00000000"          // reserved
+            "00c0ffee"          // gate generation
             "00007f0000001000"
             "00001000"
             "00007f0000800003"
@@ -54,6 +55,7 @@ TEST(wire_copy, RequestByteForByte) {
   EXPECT_EQ(back->rkey, w.rkey);
   EXPECT_EQ(back->length, w.length);
   EXPECT_EQ(back->imm, w.imm);
+  EXPECT_EQ(back->gate, w.gate);
   EXPECT_EQ(back->ranges, w.ranges);
 }
 
@@ -98,6 +100,8 @@ TEST(wire_copy, NakByteForByte) {
   EXPECT_EQ(to_hex(p), "7552434e01020000");  // "uRCN", version 1, reason 2
   EXPECT_EQ(parse_copy_nak(p), CopyNakReason::requester_fault);
   EXPECT_EQ(parse_copy_nak(copy_nak_payload(CopyNakReason::refused)), CopyNakReason::refused);
+  EXPECT_EQ(to_hex(copy_nak_payload(CopyNakReason::stale)), "7552434e01030000");
+  EXPECT_EQ(parse_copy_nak(copy_nak_payload(CopyNakReason::stale)), CopyNakReason::stale);
   auto bad = p;
   bad[5] = 9;
   EXPECT_FALSE(parse_copy_nak(bad));

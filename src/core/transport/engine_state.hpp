@@ -148,6 +148,9 @@ struct RequesterState {
   // The one-copy WRITE (requester_copy.cpp): the responder could not make
   // a copy (UROCE_COPY_NAK), so this QP's WRITEs go as packets from now on.
   bool copy_off = false;
+  // It sent one-copy requests: the peer may still carry out one it has
+  // not answered (see copy_gate.hpp).
+  bool copy_used = false;
 };
 
 // A READ or atomic the responder accepted: kept to send its response and,
@@ -170,6 +173,7 @@ struct RdAtomicResource {
   // A one-copy READ (responder_copy.cpp): where in the requester's memory
   // the bytes of this (re)send go, pushed in one copy; empty: as packets.
   std::vector<wire::CopyRange> sink;
+  uint32_t sink_gate = 0;  // the request's generation of the requester's copy gate
 };
 
 struct ResponderState {

@@ -111,6 +111,15 @@ class Nic {
   // makes the calls: its peers are answered UROCE_COPY_NAK.
   bool copy_serves() const noexcept { return copy_serve_; }
   bool copy_requests() const noexcept { return copy_send_; }
+  // Our copy gate's generation for a request built now, and the note that
+  // one was sent (transport/copy_gate.hpp).
+  uint32_t copy_request_gate() noexcept;
+  // Before memory a request of ours may name goes back to the application
+  // (a work request completed in error, a QP destroyed, a region
+  // deregistered): requests sent before are not carried out from now on,
+  // and none is in progress.  A no-op for a NIC that never sent one.  NIC
+  // lock held.
+  void copy_fence() noexcept;
   // The packet I/O (NIC lock held).
   net::PacketIo& io() noexcept { return *io_; }
   // Path of the shared-memory file `uroce stat` reads ("" if not published).
@@ -280,6 +289,7 @@ class Nic {
   std::optional<FaultConfig> faults_;
   bool shm_ = false;  // shared-memory rings asked for (NicConfig::shm, else UROCE_SHM)
   bool copy_serve_ = false, copy_send_ = false;
+  bool copy_sent_ = false;  // a one-copy request of ours was sent
   std::unique_ptr<net::StatsPublisher> stats_;
   Clock::time_point stats_at_{};  // last publication
   uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)

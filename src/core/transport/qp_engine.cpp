@@ -25,6 +25,13 @@ QpEngine::QpEngine(Nic& nic, const EngineInit& init) noexcept : nic_(&nic), init
 }
 
 void QpEngine::complete_send(SendWqe& w, WcStatus status) noexcept {
+  // A work request completed in error (and the QP with it) gives its
+  // memory back to the application: a one-copy request the peer has not
+  // carried out yet never will be (copy_gate.hpp).
+  if (status != WcStatus::success && req.copy_used) {
+    req.copy_used = false;
+    nic_->copy_fence();
+  }
   verbs::Wc wc;
   wc.wr_id = w.wr_id;
   wc.status = status;
@@ -192,6 +199,7 @@ void QpEngine::reset() noexcept {
 }
 
 void QpEngine::close() noexcept {
+  if (req.copy_used) nic_->copy_fence();  // (as complete_send)
   send_owed_ack();
   nic_->detach(*this);
 }

@@ -208,7 +208,7 @@ bool emit_copy(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, uint32_t k) noe
   const uint32_t bytes = std::min(k * qp.mtu, w.length - off);
   const bool last = r.send_pkt + k == w.npkts;
   uint8_t* body = nic.tx().scratch();  // (the batch does not copy bodies)
-  const size_t n = build_copy_request(qp, w, idx, k, {body, TxBatch::kBounce});
+  const size_t n = build_copy_request(nic, qp, w, idx, k, {body, TxBatch::kBounce});
   if (n == 0) {
     fail_wqe(nic, qp, idx, verbs::WcStatus::loc_prot_err);  // deregistered since it was posted
     return false;

@@ -134,7 +134,8 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept;
 uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept;
 // Writes the request for `k` packets of `w` (at `idx`) from the next into
 // `out`: its length, 0 if a local key, PD or bound check failed.
-size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k, std::span<uint8_t> out) noexcept;
+size_t build_copy_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k,
+                          std::span<uint8_t> out) noexcept;
 // Writes a UROCE_COPY_READ for response packets [i, i + n) of READ `w` (at
 // `idx`) into `out`: its length, 0 if they are to come as packets (not
 // asked for, not to a ring, too small, the sink not writable).

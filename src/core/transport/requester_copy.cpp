@@ -89,7 +89,8 @@ uint32_t copy_chunk_packets(Nic& nic, QpEngine& qp, const SendWqe& w) noexcept {
   return to_ring(nic, qp) ? k : 0;
 }
 
-size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k, std::span<uint8_t> out) noexcept {
+size_t build_copy_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t k,
+                          std::span<uint8_t> out) noexcept {
   const RequesterState& r = qp.req;
   const uint64_t off = uint64_t(r.send_pkt) * qp.mtu;
   wire::CopyRequest c;
@@ -109,6 +110,8 @@ size_t build_copy_request(QpEngine& qp, const SendWqe& w, uint32_t idx, uint32_t
   }
   // Our memory, as the responder will read it.
   if (!local_ranges(qp, w, idx, off, c.bytes, 0, c.ranges)) return 0;
+  c.gate = nic.copy_request_gate();
+  qp.req.copy_used = true;
   return wire::write_copy_request(c, out);
 }
 
@@ -126,6 +129,8 @@ size_t build_copy_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_
   // Where the responder will put the bytes: memory we may write (else the
   // responses come as packets, and fail there as they would).
   if (!local_ranges(qp, w, idx, off, c.bytes, verbs::access::kLocalWrite, c.ranges)) return 0;
+  c.gate = nic.copy_request_gate();
+  qp.req.copy_used = true;
   return wire::write_copy_request(c, out);
 }
 
@@ -137,10 +142,14 @@ void copy_nak_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
   }
   RequesterState& r = qp.req;
   ++nic.counters().req_copy_naks_rcvd;
-  if (!r.copy_off)
-    UROCE_LOG(info, "QP 0x%06x: the peer could not copy a WRITE (%s): WRITEs go as packets", qp.qpn(),
-              *why == wire::CopyNakReason::refused ? "refused by the kernel" : "our memory faulted");
-  r.copy_off = true;
+  // Stale: we fenced since we asked (another QP's flush, a region
+  // deregistered); later requests carry the new generation.
+  if (*why != wire::CopyNakReason::stale) {
+    if (!r.copy_off)
+      UROCE_LOG(info, "QP 0x%06x: the peer could not copy (%s): WRITEs and READs go as packets", qp.qpn(),
+                *why == wire::CopyNakReason::refused ? "refused by the kernel" : "our memory faulted");
+    r.copy_off = true;
+  }
   // The request at this PSN was not carried out: everything from it goes
   // again as packets (one of ours lost meanwhile, or already acknowledged,
   // asks for nothing).

@@ -329,8 +329,8 @@ bool resources_full(Nic& nic, const QpEngine& qp) noexcept {
 
 }  // namespace
 
-void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
-                    std::vector<wire::CopyRange>&& sink) noexcept {
+void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth, std::vector<wire::CopyRange>&& sink,
+                    uint32_t sink_gate) noexcept {
   ResponderState& s = qp.resp;
   if (reth.length > kMaxMessage) {  // more PSNs than half the sequence space
     ++nic.counters().resp_len_errors;
@@ -357,6 +357,7 @@ void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth
   r.resp_va = reth.va;
   r.resp_left = reth.length;
   r.sink = std::move(sink);
+  r.sink_gate = sink_gate;
   ++s.res_pending;
   s.epsn = psn_add(psn, r.npkts);
   s.msn = psn_add(s.msn, 1);
@@ -400,7 +401,7 @@ bool responder_reread(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& re
 namespace {
 
 void on_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
-  responder_read(nic, qp, pkt.hdr.bth.psn, pkt.hdr.reth, {});
+  responder_read(nic, qp, pkt.hdr.bth.psn, pkt.hdr.reth, {}, 0);
 }
 
 void on_atomic(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {

@@ -77,10 +77,11 @@ void responder_copy_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const 
 // A READ request for the responses from `psn` (a packet's RETH, or a
 // one-copy request's, with `sink`: where in the requester's memory the
 // bytes go, pushed in one copy; empty: as response packets), in order
-// (responder_read), or one executed before (responder_reread: false if no
-// READ resource holds that PSN).
-void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
-                    std::vector<wire::CopyRange>&& sink) noexcept;
+// (responder_read; `sink_gate`: the request's generation of the
+// requester's copy gate), or one executed before (responder_reread: false
+// if no READ resource holds that PSN).
+void responder_read(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth, std::vector<wire::CopyRange>&& sink,
+                    uint32_t sink_gate) noexcept;
 bool responder_reread(Nic& nic, QpEngine& qp, uint32_t psn, const wire::Reth& reth,
                       std::vector<wire::CopyRange>&& sink) noexcept;
 // The responses of a one-copy READ resource (responder_copy.cpp): the

@@ -31,6 +31,7 @@
 #include "common/log.hpp"
 #include "net/peer_process.hpp"
 #include "transport/congestion.hpp"
+#include "transport/copy_gate.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
 #include "transport/qp_engine.hpp"
@@ -71,12 +72,29 @@ struct Pull {
   const net::PeerProcess* peer;
   std::span<const iovec> remote;
   uint32_t psn;
+  uint32_t gate;  // the request's generation of the requester's copy gate
 };
+
+// The requester's copy gate held for one copy of a request built under
+// generation `gate` (copy_gate.hpp); not open if the requester fenced
+// since (or its ring is gone).
+CopyGateHold hold_gate(Nic& nic, const QpEngine& qp, uint32_t gate) noexcept {
+  return CopyGateHold(nic.io().peer_copy_gate(qp.peer, qp.attr.dest_qp_num), gate);
+}
 
 // Places a chunk by pulling it from the requester (responder_write).
 WritePlaced place_from_peer(Nic& nic, QpEngine& qp, uint8_t* dst, uint32_t len, const void* ctx) noexcept {
   const Pull& pull = *static_cast<const Pull*>(ctx);
   Counters& c = nic.counters();
+  const CopyGateHold gate = hold_gate(nic, qp, pull.gate);
+  if (!gate.open()) {
+    // The requester let its memory go since it asked (a flush, a region
+    // deregistered): not from there; it asks again with packets if it
+    // still wants to.
+    ++c.resp_copy_stale;
+    refuse_request(nic, qp, pull.psn, CopyNakReason::stale);
+    return WritePlaced::declined;
+  }
   const iovec local{dst, len};
   const Result<size_t> got = pull.peer->read({&local, 1}, pull.remote);
   if (got.ok() && *got == len) return WritePlaced::done;
@@ -208,7 +226,7 @@ void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const
   ch.rkey = req->rkey;
   ch.length = req->length;
   ch.len = req->bytes;
-  const Pull pull{peer, remote, psn};
+  const Pull pull{peer, remote, psn, req->gate};
   responder_write(nic, qp, ch, place_from_peer, &pull);
   if (s.epsn == psn_add(psn, req->packets)) {
     ++c.resp_copy_writes;
@@ -253,13 +271,14 @@ void responder_copy_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const 
     return;
   }
   transition(qp.qpn(), s.seq, SeqNak::clear);
-  responder_read(nic, qp, psn, reth, std::move(req->ranges));
+  responder_read(nic, qp, psn, reth, std::move(req->ranges), req->gate);
 }
 
 void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
   Counters& c = nic.counters();
   const std::vector<wire::CopyRange> sink = std::move(r.sink);
   r.sink.clear();
+  const uint32_t gate_gen = r.sink_gate;
   const uint32_t first = r.resp_psn;
   const uint32_t bytes = r.resp_left;
   const uint32_t n = bytes == 0 ? 1 : uint32_t((uint64_t(bytes) + qp.mtu - 1) / qp.mtu);
@@ -278,6 +297,12 @@ void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     std::vector<iovec> remote;
     remote.reserve(sink.size());
     for (const wire::CopyRange& x : sink) remote.push_back({reinterpret_cast<void*>(uintptr_t(x.addr)), size_t(x.len)});
+    const CopyGateHold gate = hold_gate(nic, qp, gate_gen);
+    if (!gate.open()) {  // (as in place_from_peer)
+      ++c.resp_copy_stale;
+      send_copy_nak(nic, qp, first, CopyNakReason::stale);
+      return;
+    }
     const iovec local{const_cast<uint8_t*>(src), bytes};
     const Result<size_t> put = peer->write({&local, 1}, remote);
     if (!put.ok() || *put != bytes) {

@@ -95,6 +95,8 @@ Status Mr::rereg(Pd& pd, uint64_t addr, uint64_t length, uint64_t iova, uint32_t
     // Under the NIC lock: no packet is using the region while it changes;
     // under the table's: its unmap handler is not reading it.
     std::lock_guard g(pd_->context().nic().mu());
+    // Nor a peer's one-copy WRITE or READ (transport/copy_gate.hpp).
+    pd_->context().nic().copy_fence();
     std::lock_guard t(MrTable::instance().mu_);
     addr_ = addr;
     length_ = length;
@@ -119,6 +121,8 @@ Mr::~Mr() {
     std::lock_guard g(pd_->context().nic().mu());
     if (windows() > 0) MwTable::instance().revoke_region(*this);
     MrTable::instance().dereg(*this);
+    // Nor a peer's one-copy WRITE or READ (transport/copy_gate.hpp).
+    pd_->context().nic().copy_fence();
   }
   pd_->users()--;
 }
