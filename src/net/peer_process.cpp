@@ -1,6 +1,7 @@
 // Cross-memory attach to a same-host peer (peer_process.hpp).
 #include "net/peer_process.hpp"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <sys/syscall.h>
@@ -97,6 +98,50 @@ bool cross_memory_attach_works() noexcept {
     return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == ssize_t(sizeof got) && got == word;
   }();
   return works;
+}
+
+namespace {
+
+// The first 16 KiB of a small file (/proc), if it can be read.
+std::optional<std::string> read_small_file(const char* path) noexcept {
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
+  std::string out(16384, '\0');
+  size_t got = 0;
+  for (ssize_t n; got < out.size() && (n = ::read(fd.get(), out.data() + got, out.size() - got)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    got += size_t(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+}  // namespace
+
+bool cross_memory_attach_by_default(std::string_view status, std::optional<std::string_view> yama_scope) noexcept {
+  // "Seccomp:\t0": no filter (1: strict mode, 2: filters).
+  const size_t at = status.find("\nSeccomp:");
+  if (at == std::string_view::npos) return false;  // (an unreadable status: assume the worst)
+  std::string_view mode = status.substr(at + 9);
+  while (!mode.empty() && (mode.front() == ' ' || mode.front() == '\t')) mode.remove_prefix(1);
+  if (mode.empty() || mode.front() != '0') return false;
+  if (!yama_scope) return true;
+  std::string_view y = *yama_scope;
+  while (!y.empty() && (y.back() == '\n' || y.back() == ' ')) y.remove_suffix(1);
+  return y == "0";
+}
+
+bool cross_memory_attach_by_default() noexcept {
+  static const bool ok = [] {
+    const std::optional<std::string> status = read_small_file("/proc/self/status");
+    const std::optional<std::string> yama = read_small_file("/proc/sys/kernel/yama/ptrace_scope");
+    if (!status) return false;
+    return cross_memory_attach_by_default(*status, yama ? std::optional<std::string_view>(*yama) : std::nullopt);
+  }();
+  return ok;
 }
 
 }  // namespace uroce::net

@@ -21,7 +21,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "common/status.hpp"
 #include "net/unique_fd.hpp"
@@ -68,5 +70,16 @@ class PeerProcess {
 // Whether a given peer may be reached (ptrace rules, Yama) shows only at
 // the first copy: EPERM.
 bool cross_memory_attach_works() noexcept;
+
+// Whether the one-copy path may be on without being asked for: no seccomp
+// filter governs this process (one that kills would kill it at the probe
+// above; Docker's, which refuses, leaves the path off too) and Yama lets
+// a process reach its user's other processes (ptrace_scope 0, or no Yama:
+// with 1, every peer would refuse the first copy of each QP).  Read from
+// /proc/self/status and /proc/sys/kernel/yama/ptrace_scope.
+bool cross_memory_attach_by_default() noexcept;
+// The rule itself: `status` as /proc/self/status reads, `yama_scope` the
+// file's content (nullopt: no such file).
+bool cross_memory_attach_by_default(std::string_view status, std::optional<std::string_view> yama_scope) noexcept;
 
 }  // namespace uroce::net

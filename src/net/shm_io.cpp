@@ -49,12 +49,12 @@ Result<uint32_t> ShmIo::slots_from_env() {
   return *n;
 }
 
-Result<bool> ShmIo::copy_from_env() {
+Result<std::optional<bool>> ShmIo::copy_from_env() {
   const char* v = std::getenv("UROCE_SHM_COPY");
-  if (!v || !*v) return false;
+  if (!v || !*v) return std::optional<bool>();
   const std::string_view s = v;
-  if (s == "1" || s == "on" || s == "true" || s == "yes") return true;
-  if (s == "0" || s == "off" || s == "false" || s == "no") return false;
+  if (s == "1" || s == "on" || s == "true" || s == "yes") return std::optional<bool>(true);
+  if (s == "0" || s == "off" || s == "false" || s == "no") return std::optional<bool>(false);
   return err::inval(std::string("UROCE_SHM_COPY=") + v + ": expected 1 or 0");
 }
 

@@ -80,10 +80,11 @@ class ShmIo final : public PacketIo {
   // 65536 in decimal digits (rounded up to a power of two as the ring
   // does); 0 when unset.  Anything else is EINVAL naming the variable.
   static Result<uint32_t> slots_from_env();
-  // UROCE_SHM_COPY: 1 (also on, true, yes) sends large RC WRITEs to
-  // same-host peers in one copy (docs/one_copy_design.md); 0, unset or
-  // empty: not.  Anything else is EINVAL naming the variable.
-  static Result<bool> copy_from_env();
+  // UROCE_SHM_COPY: 1 (also on, true, yes) moves large RC WRITEs and READs
+  // with same-host peers in one copy (docs/one_copy_design.md); 0 (also
+  // off, false, no): never; unset or empty: nullopt (the NIC's default).
+  // Anything else is EINVAL naming the variable.
+  static Result<std::optional<bool>> copy_from_env();
   // What the NIC uses: `udp` wrapped in a ShmIo if `enable` (and it can be
   // made: else a warning and `udp` as it is), with rings of `slots` slots
   // (0: the default).

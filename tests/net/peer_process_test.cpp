@@ -4,12 +4,17 @@
 #include "net/peer_process.hpp"
 
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -213,5 +218,42 @@ TEST(PeerProcess, CrossMemoryAttachWorksWhereCopiesDo) {
   EXPECT_TRUE(cross_memory_attach_works());
 }
 
+// The default: on only with no seccomp filter (one that kills would kill
+// the probe) and Yama's ptrace_scope 0 or no Yama (1 refuses every peer).
+TEST(PeerProcess, OneCopyIsOnByDefaultOnlyWithoutSeccompAndWithYamaOpen) {
+  const std::string free = "Name:\tx\nUid:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n";
+  const std::string filtered = "Name:\tx\nSeccomp:\t2\nSeccomp_filters:\t1\n";
+  const std::string strict = "Name:\tx\nSeccomp:\t1\n";
+  EXPECT_TRUE(cross_memory_attach_by_default(free, std::nullopt));
+  EXPECT_TRUE(cross_memory_attach_by_default(free, "0\n"));
+  EXPECT_FALSE(cross_memory_attach_by_default(free, "1\n"));
+  EXPECT_FALSE(cross_memory_attach_by_default(free, "2\n"));
+  EXPECT_FALSE(cross_memory_attach_by_default(free, "3"));
+  EXPECT_FALSE(cross_memory_attach_by_default(filtered, std::nullopt));
+  EXPECT_FALSE(cross_memory_attach_by_default(strict, "0"));
+  EXPECT_FALSE(cross_memory_attach_by_default("Name:\tx\n", std::nullopt));  // no field: assume the worst
+}
+
+// What the kernel writes for a process under a filter (here one that
+// allows everything), read by the rule above.
+TEST(PeerProcess, AProcessUnderASeccompFilterIsOffByDefault) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    sock_filter allow[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    sock_fprog prog{1, allow};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+      ::_exit(3);
+    std::ifstream in("/proc/self/status");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ::_exit(cross_memory_attach_by_default(ss.str(), std::nullopt) ? 1 : 0);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  ASSERT_NE(WEXITSTATUS(st), 3) << "no seccomp filter could be installed";
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+}
 }  // namespace
 }  // namespace uroce::net

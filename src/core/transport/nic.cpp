@@ -177,20 +177,27 @@ Status Nic::open_io(const IoFactory* factory) {
     if (!env.ok()) return env.status();
     faults_ = *env;
   }
-  // One-copy WRITEs and READs with same-host peers: asked for, and allowed here.
-  if (cfg_.shm_copy) {
-    copy_serve_ = *cfg_.shm_copy;
-  } else {
+  // One-copy WRITEs and READs with same-host peers: asked for, or by
+  // default where that is safe (no seccomp filter that could kill the
+  // probe, Yama letting us reach our peers), and allowed here.
+  std::optional<bool> asked = cfg_.shm_copy;
+  if (!asked) {
     auto env = net::ShmIo::copy_from_env();
     if (!env.ok()) return env.status();
-    copy_serve_ = *env;
+    asked = *env;
   }
-  if (copy_serve_ && !net::cross_memory_attach_works()) {
+  if (!asked) {
+    copy_serve_ = shm_ && net::cross_memory_attach_by_default() && net::cross_memory_attach_works();
+    UROCE_LOG(debug, "device %s: one-copy WRITEs and READs %s by default", cfg_.name.c_str(),
+              copy_serve_ ? "on" : "off");
+  } else if (*asked && !net::cross_memory_attach_works()) {
     UROCE_LOG(warn,
               "device %s: one-copy WRITEs and READs asked for, but this process may not use "
               "process_vm_readv: they go as packets",
               cfg_.name.c_str());
     copy_serve_ = false;
+  } else {
+    copy_serve_ = *asked;
   }
   copy_send_ = copy_serve_;
   if (cfg_.congestion) {

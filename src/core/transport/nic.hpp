@@ -69,9 +69,10 @@ struct NicConfig {
   // Shared-memory rings for same-host peers; without it, UROCE_SHM decides.
   // Set by the first open of (addr, port) in a process.
   std::optional<bool> shm;
-  // Large RC WRITEs to a same-host uroce peer in one copy (the responder
-  // pulls them with process_vm_readv: docs/one_copy_design.md); without
-  // it, UROCE_SHM_COPY decides (off unless 1).
+  // Large RC WRITEs and READs with a same-host uroce peer in one copy
+  // (process_vm_readv/writev: docs/one_copy_design.md); without it,
+  // UROCE_SHM_COPY decides, and unset, the path is on where
+  // net::cross_memory_attach_by_default() says it is safe.
   std::optional<bool> shm_copy;
   CongestionConfig cc;  // in effect (set when the NIC opens)
 };
@@ -105,8 +106,9 @@ class Nic {
   // rings may still be missing: no room for them).
   bool shared_memory() const noexcept { return shm_; }
   // One-copy WRITEs and READs (docs/one_copy_design.md): whether we carry
-  // out a peer's requests (NicConfig::shm_copy, and the kernel lets us:
-  // cross_memory_attach_works), and whether we send our own (the same,
+  // out a peer's requests (NicConfig::shm_copy, else UROCE_SHM_COPY, else
+  // on where net::cross_memory_attach_by_default(); and the kernel lets
+  // us: cross_memory_attach_works), and whether we send our own (the same,
   // unless UROCE_PCAP traces our packets).  A NIC that did not ask never
   // makes the calls: its peers are answered UROCE_COPY_NAK.
   bool copy_serves() const noexcept { return copy_serve_; }

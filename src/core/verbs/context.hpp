@@ -40,7 +40,8 @@ struct DeviceConfig {
   // Same-host peers through shared-memory rings (net/shm_io.hpp).  Unset:
   // UROCE_SHM decides (on unless 0).  Ignored with io_factory.
   std::optional<bool> shm;
-  // One-copy WRITEs to same-host peers (transport::NicConfig::shm_copy).
+  // One-copy WRITEs and READs with same-host peers (transport::NicConfig::
+  // shm_copy; unset: UROCE_SHM_COPY, else on where safe).
   std::optional<bool> shm_copy;
   // Tests: packet I/O to use instead of a UDP socket (e.g. a FakeIo).  A
   // device with its own I/O gets a NIC of its own (not shared by address).
