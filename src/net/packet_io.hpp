@@ -96,6 +96,11 @@ inline constexpr uint64_t kRingTakesCopy = 1;
 // icrc_omitted): it checks no ICRC on what its ring brings.  An older uroce
 // leaves the bit 0: its packets carry ICRCs.
 inline constexpr uint64_t kRingTakesNoIcrc = 2;
+// The ring's owner honours the copy gate of the requesters it copies for
+// (transport/copy_gate.hpp): only such an owner is sent one-copy requests,
+// so that a flush or a deregistration keeps every request from being
+// carried out after it.
+inline constexpr uint64_t kRingHonoursGate = 4;
 
 // Faults injected in one direction by a FaultIo (net/fault_io.hpp).
 struct FaultCounts {

@@ -100,6 +100,11 @@ Result<std::unique_ptr<ShmIo>> ShmIo::wrap(std::unique_ptr<UdpIo>&& udp, const S
     io->ringer_ = std::move(*ringer);
     ShmRing::CreateOptions opt = cfg.ring;
     opt.user[kBellToken] = bell->token();
+    // The copy gate's generation starts anywhere (half the bell's random
+    // token): a request built for an earlier ring of this endpoint (a
+    // device closed and opened again) does not match the new one by both
+    // starting at 0.
+    opt.user[kGateWords] = bell->token() >> 32;
     io->bell_.emplace(std::move(*bell));
     opt.payload_max = udp->max_payload();
     io->slot_ = udp->port_shared() ? cfg.slot : -1;

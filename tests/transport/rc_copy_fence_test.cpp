@@ -3,7 +3,8 @@
 // work request flushed, the region deregistered -- is never carried out:
 // no byte lands in, or is read from, memory that is the application's
 // again.  A request of another QP caught by the same fence goes again as
-// packets, and later ones by copy.
+// packets, and later ones by copy.  (copy_gate_test.cpp checks the gate's
+// wait for a copy in progress on its own.)
 #include <deque>
 #include <mutex>
 
@@ -162,6 +163,34 @@ TEST(RcCopyFence, AReadWhoseSinkWasDeregisteredNeverLands) {
   EXPECT_EQ(first_diff(sink.data(), poison.data(), kLen + kGuard), -1) << "a byte landed after deregistration";
   EXPECT_EQ(p.b.counters().resp_copy_stale, 1u);
   EXPECT_EQ(p.b.counters().resp_copy_reads, 0u);
+}
+
+// A later work request failing on our side (a bad key) sends the QP to
+// ERR with a fence: an earlier WRITE whose request still waits at the peer
+// is then never carried out, and says so (WR_FLUSH_ERR, not success).
+TEST(RcCopyFence, AWriteCaughtBehindALaterFailureIsNotReportedDone) {
+  auto held = std::make_shared<Held>();
+  Pair p(holding(held));
+  fill_pattern(p.a.buf.data(), kLen, 46);
+  std::memset(p.b.buf.data(), kPoison, kLen + kGuard);
+  sync_with(p);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}).ok());
+  ASSERT_TRUE(drive_b_until(p, [&] { return held->count() >= 1; }));
+  Sge bad = p.a.sge(0, 64);
+  bad.lkey ^= 0x5a5a00;  // names no region
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(2, WrOpcode::rdma_write, p.b, 0), {bad}).ok());
+  const auto wc = poll_n(*p.a.scq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::wr_flush_err);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, WcStatus::loc_prot_err);
+  held->release();
+  ASSERT_TRUE(drive_b_until(p, [&] { return p.b.counters().resp_copy_stale >= 1; }));
+  sync_with(p);
+  const std::vector<uint8_t> poison(kLen + kGuard, kPoison);
+  EXPECT_EQ(first_diff(p.b.buf.data(), poison.data(), kLen + kGuard), -1);
+  EXPECT_EQ(p.b.counters().resp_copy_writes, 0u);
 }
 
 // A fence for memory the request does not name still makes it stale: it

@@ -23,20 +23,21 @@ CopyGateHold::~CopyGateHold() {
   if (gate_) gate_.get()[1].fetch_sub(1, std::memory_order_seq_cst);
 }
 
-bool copy_gate_fence(std::atomic<uint64_t>* gate, std::chrono::nanoseconds bound) noexcept {
-  if (!gate) return true;
+uint64_t copy_gate_fence(std::atomic<uint64_t>* gate, uint64_t stuck, std::chrono::nanoseconds bound) noexcept {
+  if (!gate) return 0;
   gate[0].fetch_add(1, std::memory_order_seq_cst);
   const auto until = std::chrono::steady_clock::now() + bound;
-  while (gate[1].load(std::memory_order_seq_cst) != 0) {
-    if (std::chrono::steady_clock::now() >= until) return false;
+  for (;;) {
+    const uint64_t busy = gate[1].load(std::memory_order_seq_cst);
+    if (busy <= stuck || std::chrono::steady_clock::now() >= until) return busy;
     ::sched_yield();
   }
-  return true;
 }
 
 // A copy in progress takes tens of microseconds (1 MiB); one still going
-// after this stopped or died in the middle.
-constexpr std::chrono::milliseconds kFenceBound{20};
+// after this (a copier descheduled for a whole cgroup quota period is
+// waited for) stopped or died in the middle.
+constexpr std::chrono::milliseconds kFenceBound{100};
 
 uint32_t Nic::copy_request_gate() noexcept {
   copy_sent_ = true;
@@ -46,9 +47,15 @@ uint32_t Nic::copy_request_gate() noexcept {
 void Nic::copy_fence() noexcept {
   if (!copy_sent_) return;
   ++counters_.req_copy_fences;
-  if (copy_gate_fence(io_->copy_gate(), kFenceBound)) return;
+  // Copies a dead copier left counted would make every fence wait the
+  // whole bound: once one outlasted it, its count is the floor to wait
+  // down to (lowered again when such a copy does end after all).
+  const uint64_t left = copy_gate_fence(io_->copy_gate(), copy_gate_stuck_, kFenceBound);
+  const bool timed_out = left > copy_gate_stuck_;
+  copy_gate_stuck_ = left;
+  if (!timed_out) return;
   ++counters_.req_copy_fence_timeouts;
-  UROCE_LOG(warn, "a peer's copy into or out of our memory did not end within %lld ms (its process stopped?)",
+  UROCE_LOG(warn, "a peer's copy into or out of our memory did not end within %lld ms (its process stopped or died?)",
             (long long)kFenceBound.count());
 }
 

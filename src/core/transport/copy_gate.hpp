@@ -41,9 +41,10 @@ class CopyGateHold {
   bool open_ = false;
 };
 
-// Requester: advances the generation, then waits until no copy is in
-// progress, at most `bound`.  False if one still was: its copier stopped
-// or died in the middle of it.
-bool copy_gate_fence(std::atomic<uint64_t>* gate, std::chrono::nanoseconds bound) noexcept;
+// Requester: advances the generation, then waits until at most `stuck`
+// copies are in progress (the count copiers that died in the middle of one
+// left behind), at most `bound`.  Returns the count seen last: above
+// `stuck` if a copy outlasted the bound (its copier stopped, or died).
+uint64_t copy_gate_fence(std::atomic<uint64_t>* gate, uint64_t stuck, std::chrono::nanoseconds bound) noexcept;
 
 }  // namespace uroce::transport

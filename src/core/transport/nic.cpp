@@ -229,7 +229,7 @@ Status Nic::open_io(const IoFactory* factory) {
       UROCE_LOG(info, "device %s: UROCE_PCAP: WRITEs and READs go as packets while tracing", cfg_.name.c_str());
     copy_send_ = false;
   }
-  io_->advertise((copy_serve_ ? net::kRingTakesCopy : 0) | net::kRingTakesNoIcrc);
+  io_->advertise((copy_serve_ ? net::kRingTakesCopy | net::kRingHonoursGate : 0) | net::kRingTakesNoIcrc);
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());
   tx_.set_defer_icrc(io_->defers_icrc());

@@ -291,7 +291,8 @@ class Nic {
   std::optional<FaultConfig> faults_;
   bool shm_ = false;  // shared-memory rings asked for (NicConfig::shm, else UROCE_SHM)
   bool copy_serve_ = false, copy_send_ = false;
-  bool copy_sent_ = false;  // a one-copy request of ours was sent
+  bool copy_sent_ = false;        // a one-copy request of ours was sent
+  uint64_t copy_gate_stuck_ = 0;  // copies in progress our fences no longer wait for (copy_gate.cpp)
   std::unique_ptr<net::StatsPublisher> stats_;
   Clock::time_point stats_at_{};  // last publication
   uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)

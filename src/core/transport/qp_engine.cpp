@@ -187,6 +187,7 @@ void QpEngine::send_owed_ack() noexcept {
 }
 
 void QpEngine::reset() noexcept {
+  if (req.copy_used) nic_->copy_fence();  // (the send queue's memory goes back: as complete_send)
   sq.clear();
   rq.clear();
   req = RequesterState{};

@@ -217,6 +217,7 @@ bool emit_copy(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, uint32_t k) noe
   h.bth.solicited = last && (w.flags & verbs::send_flags::kSolicited);
   h.bth.ack_req = true;
   (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, n}, qp_tos(nic, qp));  // (reads no application memory)
+  w.copied = true;
   ++nic.counters().req_copy_writes;
   nic.counters().req_copy_bytes += bytes;
   count_packet(nic, qp, r.send_psn, !(last && w.opcode == WrOpcode::rdma_write_with_imm), k);
@@ -293,6 +294,7 @@ void send_read_request(Nic& nic, QpEngine& qp, const SendWqe& w, uint32_t i, uin
       wire::Headers h = base_headers(qp, w, uint8_t(Opcode::uroce_copy_read), psn);
       h.bth.ack_req = true;
       (void)nic.tx().add(qp.peer, qp.icrc_ip, h, {body, len}, qp_tos(nic, qp));  // (reads no application memory)
+      qp.sq.at(idx).copied = true;
       ++nic.counters().req_copy_reads;
       nic.counters().req_copy_read_bytes += std::min<uint64_t>(uint64_t(n) * qp.mtu, w.length - off);
       count_packet(nic, qp, psn, false, n);  // (its answer comes after the copy: no round trip)

@@ -38,10 +38,13 @@ bool copy_allowed(Nic& nic, const QpEngine& qp, const SendWqe& w) noexcept {
          w.length >= kCopyMinBytes && w.num_sge <= wire::kCopyMaxRanges;
 }
 
-// The peer's packets go through its ring, and it takes requests there.
+// The peer's packets go through its ring, and it takes requests there
+// and honours our gate (an older uroce that takes them but not the gate
+// is sent packets).
 bool to_ring(Nic& nic, const QpEngine& qp) noexcept {
   net::RingOwner owner;
-  return nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner) && (owner.caps & net::kRingTakesCopy);
+  constexpr uint64_t kNeeds = net::kRingTakesCopy | net::kRingHonoursGate;
+  return nic.io().ring_owner(qp.peer, qp.attr.dest_qp_num, owner) && (owner.caps & kNeeds) == kNeeds;
 }
 
 // Bytes [off, off + len) of `w`'s scatter/gather list as ranges of our
@@ -151,8 +154,9 @@ void copy_nak_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept 
     r.copy_off = true;
   }
   // The request at this PSN was not carried out: everything from it goes
-  // again as packets (one of ours lost meanwhile, or already acknowledged,
-  // asks for nothing).
+  // again (one of ours lost meanwhile, or already acknowledged, asks for
+  // nothing): as packets from now on, but after a stale NAK a WRITE's
+  // chunks may go by copy again (a READ asked for again goes as packets).
   const uint32_t psn = pkt.hdr.bth.psn;
   if (psn_before(psn, r.una_psn) || !psn_before(psn, r.sent_hwm)) return;
   go_back(nic, qp, psn);

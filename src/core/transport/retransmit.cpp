@@ -99,8 +99,15 @@ void retire(Nic& nic, QpEngine& qp) noexcept {
 }
 
 void fail_wqe(Nic& nic, QpEngine& qp, uint32_t idx, verbs::WcStatus status) noexcept {
-  // Everything before the failed WQE has succeeded (in-order completion).
-  for (uint32_t i = qp.sq.head(); i != idx; ++i) qp.sq.at(i).done = true;
+  // Everything before the failed WQE has succeeded (in-order completion)
+  // but one a one-copy request still stands for: the fence below (the QP
+  // enters ERR) keeps the peer from carrying that out, so its data may
+  // never land (copy_gate.hpp).
+  for (uint32_t i = qp.sq.head(); i != idx; ++i) {
+    SendWqe& before = qp.sq.at(i);
+    if (!before.done && before.copied) before.status = verbs::WcStatus::wr_flush_err;
+    before.done = true;
+  }
   SendWqe& w = qp.sq.at(idx);
   w.done = true;
   w.status = status;

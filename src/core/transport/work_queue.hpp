@@ -53,6 +53,7 @@ struct SendWqe {
   uint32_t read_done = 0;  // READ: response packets received so far
   bool assigned = false;   // first_psn/npkts assigned
   bool done = false;       // acknowledged / response received
+  bool copied = false;     // one-copy requests stand for some of its packets (copy_gate.hpp)
   verbs::WcStatus status = verbs::WcStatus::success;
 };
 
