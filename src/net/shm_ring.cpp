@@ -358,7 +358,11 @@ void ShmRing::rearm_bell() noexcept {
 
 size_t ShmRing::take(std::span<RxPacket> out) noexcept {
   uint64_t h = head_.load(kRlx);
-  for (uint64_t p = h - held_; p != h; ++p) slot_at(p).word.store(word((p >> shift_) + 1, State::free), kRel);
+  for (uint64_t p = h - held_; p != h; ++p) {
+    SlotHead& s = slot_at(p);
+    s.flags = 0;  // (a producer older than the flags never writes them)
+    s.word.store(word((p >> shift_) + 1, State::free), kRel);
+  }
   held_ = 0;
   size_t n = 0;
   uint64_t bytes = 0, skipped = skipped_;

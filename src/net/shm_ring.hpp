@@ -97,7 +97,7 @@ struct alignas(64) SlotHead {
   uint16_t ipv4_id_hint;
   uint8_t tos;
   uint8_t ttl;
-  uint8_t flags;  // kSlot* bits (0 from a producer before they existed)
+  uint8_t flags;  // kSlot* bits (the consumer clears them as it frees the slot: an older producer writes none)
 };
 static_assert(sizeof(SlotHead) == kSlotHeader);
 // The producer left the packet's ICRC out (net::kRingTakesNoIcrc).
