@@ -53,6 +53,10 @@ constexpr int64_t kLazyAckNs = 50'000;
 // 1 answer in 50 over UDP came after 50 us.  When one does not come in
 // time, the QP's next ACKs stop waiting for a while (hold_skip).
 constexpr int64_t kHeldAckNs = 200'000;
+// Ticks in a row that find an application thread inside the NIC and skip
+// their look (progress_thread_main): the stats and the policy's view of the
+// application still move at least every few ticks.
+constexpr int kMaxSkippedLooks = 4;
 
 }  // namespace
 
@@ -239,91 +243,117 @@ void Nic::progress_thread_main() noexcept {
   LookPolicy policy;
   bool rx_event = false;       // the socket woke us: we held it, its packets are ours
   bool spinning = false;       // this look comes at once after the last (LookOutcome::spin_until)
+  bool timed_out = false;      // the last sleep ended at its timeout, nothing woke us
+  int skipped = 0;             // looks skipped in a row (kMaxSkippedLooks)
   Clock::time_point cpu_at{};  // when record_thread_cpu() last ran
   while (!stop_.load(std::memory_order_acquire)) {
     LookOutcome look;
     int64_t sleep_until;
     Clock::time_point looked;  // the clock at this look (now_, read under the lock)
-    {
-      std::lock_guard g(mu_);
-      refresh_now();
-      run_timers();
-      if (!xrc_inboxes_.empty() && drain_xrc_inboxes() > 0) pump();  // what a bell woke us for
-      const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
-      LookInput in;
-      in.now_ns = now_.time_since_epoch().count();
-      in.last_poll_ns = app_last_poll_ns_.load(std::memory_order_relaxed);
-      in.polled = cur != seen;
-      in.waiting = app_waiting_.load(std::memory_order_acquire) > 0;
-      in.rx_event = rx_event;
-      // (app_activity_ moves only in drive(), under mu_, which we hold: `cur`
-      // is still its value.)
-      in.spinning_since_hand_over = cur == handed_activity_.load(std::memory_order_relaxed);
-      seen = cur;
-      const LookPlan plan = policy.plan(in);
-      size_t got = 0;
-      if (plan.serve) {
-        for (int i = 0; i < kThreadRxRounds; ++i) {
-          const size_t n = poll_rx();
-          if (n == 0) break;
-          got += n;
-        }
-        counters_.thread_rx_packets += got;
-        if (rx_event) ++counters_.thread_socket_wakes;
-        if (spinning) counters_.thread_spin_rx += got;
+    std::unique_lock g(mu_, std::defer_lock);
+    bool skip = false;
+    if (timed_out && skipped < kMaxSkippedLooks && app_activity_.load(std::memory_order_relaxed) != seen) {
+      // A tick while an application thread polls.  If one holds the lock
+      // right now it is driving the protocol (its drive() runs due timers
+      // and sends lazy ACKs too): this look would leave it everything, and
+      // waiting for the lock costs the poller a futex wake and both of
+      // them two switches of its CPU.  Sleep another tick instead.  (A
+      // timer armed between our wake and the publication below waits for
+      // the poller's next drive, or for that tick.)
+      looked = Clock::now();
+      sleep_until = (looked + std::chrono::nanoseconds(policy.tick_ns())).time_since_epoch().count();
+      thread_sleep_until_.store(sleep_until, std::memory_order_release);
+      skip = !g.try_lock();
+    }
+    if (skip) {
+      ++skipped;
+    } else {
+      if (!g.owns_lock()) g.lock();
+      {
+        counters_.thread_looks_skipped += uint64_t(skipped);
+        skipped = 0;
         refresh_now();
         run_timers();
+        if (!xrc_inboxes_.empty() && drain_xrc_inboxes() > 0) pump();  // what a bell woke us for
+        const uint64_t cur = app_activity_.load(std::memory_order_relaxed);
+        LookInput in;
+        in.now_ns = now_.time_since_epoch().count();
+        in.last_poll_ns = app_last_poll_ns_.load(std::memory_order_relaxed);
+        in.polled = cur != seen;
+        in.waiting = app_waiting_.load(std::memory_order_acquire) > 0;
+        in.rx_event = rx_event;
+        // (app_activity_ moves only in drive(), under mu_, which we hold: `cur`
+        // is still its value.)
+        in.spinning_since_hand_over = cur == handed_activity_.load(std::memory_order_relaxed);
+        seen = cur;
+        const LookPlan plan = policy.plan(in);
+        size_t got = 0;
+        if (plan.serve) {
+          for (int i = 0; i < kThreadRxRounds; ++i) {
+            const size_t n = poll_rx();
+            if (n == 0) break;
+            got += n;
+          }
+          counters_.thread_rx_packets += got;
+          if (rx_event) ++counters_.thread_socket_wakes;
+          if (spinning) counters_.thread_spin_rx += got;
+          refresh_now();
+          run_timers();
+        }
+        look = policy.after(got, now_.time_since_epoch().count());
+        if (look.spin_paused) ++counters_.thread_spin_pauses;
+        sleep_until = look.sleep_until;
+        // ACKs left to wait for the application's answer (responder_ack.cpp):
+        // while it polls, or spins on memory between polls (it polled within
+        // the last tick), it may be about to answer, so they wait up to
+        // kLazyAckNs for that (kHeldAckNs if all are held for an answer),
+        // whoever received the request: a WRITE this thread landed for an
+        // application spinning on memory gets its ACK with the answer too.
+        // One that waited in vain makes its QP's next ones leave at once for
+        // a while (Nic::held_ack_leaves).  Otherwise (it waits for events, or
+        // never polls: a passive server) nobody answers and they leave now.
+        if (!lazy_.empty()) {
+          const int64_t hold = lazy_acks_held() ? kHeldAckNs : lazy_acks_may_wait() ? kLazyAckNs : 0;
+          const Clock::time_point due = lazy_since_ + std::chrono::nanoseconds(hold);
+          const bool polls = in.polled || in.now_ns - in.last_poll_ns < kAppTickNs;
+          if (!polls || in.waiting || hold == 0)
+            flush_acks();
+          else if (now_ >= due)
+            flush_acks(HeldAck::alone);
+          else
+            sleep_until = std::min<int64_t>(sleep_until, due.time_since_epoch().count());
+        }
+        if (!timers_.empty())
+          sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
+        // Counters reach `uroce stat` at most kStatsInterval late.
+        if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
+          sleep_until = std::min<int64_t>(sleep_until, pub.time_since_epoch().count());
+        // A passive server between requests looks again at once, for a while
+        // (LookPolicy::kPassiveSpinNs): its peer's next request finds it
+        // awake.  Meanwhile nothing needs to kick it.
+        looked = now_;
+        spinning = look.spin_until > looked.time_since_epoch().count();
+        // Published under the lock: arm_timer() (also under it) kicks us if it
+        // needs us earlier than this.
+        thread_sleep_until_.store(spinning ? 0 : sleep_until, std::memory_order_release);
       }
-      look = policy.after(got, now_.time_since_epoch().count());
-      if (look.spin_paused) ++counters_.thread_spin_pauses;
-      sleep_until = look.sleep_until;
-      // ACKs left to wait for the application's answer (responder_ack.cpp):
-      // while it polls, or spins on memory between polls (it polled within
-      // the last tick), it may be about to answer, so they wait up to
-      // kLazyAckNs for that (kHeldAckNs if all are held for an answer),
-      // whoever received the request: a WRITE this thread landed for an
-      // application spinning on memory gets its ACK with the answer too.
-      // One that waited in vain makes its QP's next ones leave at once for
-      // a while (Nic::held_ack_leaves).  Otherwise (it waits for events, or
-      // never polls: a passive server) nobody answers and they leave now.
-      if (!lazy_.empty()) {
-        const int64_t hold = lazy_acks_held() ? kHeldAckNs : lazy_acks_may_wait() ? kLazyAckNs : 0;
-        const Clock::time_point due = lazy_since_ + std::chrono::nanoseconds(hold);
-        const bool polls = in.polled || in.now_ns - in.last_poll_ns < kAppTickNs;
-        if (!polls || in.waiting || hold == 0)
-          flush_acks();
-        else if (now_ >= due)
-          flush_acks(HeldAck::alone);
-        else
-          sleep_until = std::min<int64_t>(sleep_until, due.time_since_epoch().count());
+      g.unlock();
+      // A new wait fd (a multicast join); a plain load first: no write per loop.
+      if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel))
+        sock_armed_.store(false, std::memory_order_relaxed);
+      spinner_.store(look.spinner, std::memory_order_relaxed);
+      if (look.arm) arm_socket();
+      if (spinning) {
+        // (What it costs shows in progress_cpu() within a millisecond.)
+        if (looked - cpu_at >= std::chrono::milliseconds(1)) {
+          record_thread_cpu();
+          cpu_at = looked;
+        }
+        rx_event = false;
+        timed_out = false;
+        ::sched_yield();  // others runnable on this CPU get their turn
+        continue;
       }
-      if (!timers_.empty()) sleep_until = std::min<int64_t>(sleep_until, timers_.top().when.time_since_epoch().count());
-      // Counters reach `uroce stat` at most kStatsInterval late.
-      if (const Clock::time_point pub = maybe_publish_stats(); pub != Clock::time_point::max())
-        sleep_until = std::min<int64_t>(sleep_until, pub.time_since_epoch().count());
-      // A passive server between requests looks again at once, for a while
-      // (LookPolicy::kPassiveSpinNs): its peer's next request finds it
-      // awake.  Meanwhile nothing needs to kick it.
-      looked = now_;
-      spinning = look.spin_until > looked.time_since_epoch().count();
-      // Published under the lock: arm_timer() (also under it) kicks us if it
-      // needs us earlier than this.
-      thread_sleep_until_.store(spinning ? 0 : sleep_until, std::memory_order_release);
-    }
-    // A new wait fd (a multicast join); a plain load first: no write per loop.
-    if (rearm_.load(std::memory_order_relaxed) && rearm_.exchange(false, std::memory_order_acq_rel))
-      sock_armed_.store(false, std::memory_order_relaxed);
-    spinner_.store(look.spinner, std::memory_order_relaxed);
-    if (look.arm) arm_socket();
-    if (spinning) {
-      // (What it costs shows in progress_cpu() within a millisecond.)
-      if (looked - cpu_at >= std::chrono::milliseconds(1)) {
-        record_thread_cpu();
-        cpu_at = looked;
-      }
-      rx_event = false;
-      ::sched_yield();  // others runnable on this CPU get their turn
-      continue;
     }
     const bool armed = sock_armed_.load(std::memory_order_relaxed);
     if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
@@ -337,8 +367,10 @@ void Nic::progress_thread_main() noexcept {
       timeout = {time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
       timeout_p = &timeout;
     }
-    record_thread_cpu();
-    cpu_at = looked;
+    if (skipped == 0) {
+      record_thread_cpu();
+      cpu_at = looked;
+    }
     epoll_event evs[3];
     const bool in_socket = armed;  // sleeping in the socket: say so to the I/O
     bool pending = in_socket && io_->prepare_wait();
@@ -349,6 +381,7 @@ void Nic::progress_thread_main() noexcept {
     if (in_socket) io_->done_wait();
     xrc_wake();
     rx_event = pending;
+    timed_out = n == 0 && !pending && !handed;
     if (pending) sock_armed_.store(false, std::memory_order_relaxed);  // as a one-shot socket event
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 0) {
