@@ -41,13 +41,19 @@ Look look(LookPolicy& p, const LookInput& in, size_t got) {
 
 // A policy in spinner mode, as ib_write_lat puts it there: a look finds it
 // polling, the next a millisecond later finds it silent with a packet
-// waiting.  Returns the time of that second look.
+// waiting, and so does the one a (halved) tick after that, the application
+// having polled for its WRITE's completion in between.  Returns the time of
+// that third look.
 int64_t make_spinner(LookPolicy& p) {
   look(p, seen(kT0, true, 2 * kUs), 0);
-  const Look l = look(p, seen(kT0 + kMs, false, kMs), 1);
+  Look l = look(p, seen(kT0 + kMs, false, kMs), 1);
+  EXPECT_TRUE(l.plan.slow_poller);
+  EXPECT_FALSE(p.spinner());  // once: perhaps a busy poller the host preempted
+  const int64_t t = kT0 + kMs + p.tick_ns();
+  l = look(p, seen(t, true, 200 * kUs), 1);
   EXPECT_TRUE(l.plan.slow_poller);
   EXPECT_TRUE(p.spinner());
-  return kT0 + kMs;
+  return t;
 }
 
 TEST(LookPolicy, IdleApplicationGetsItsPacketsServedAndNoTick) {
@@ -87,7 +93,7 @@ TEST(LookPolicy, WaitingApplicationKeepsItsSocketAndEndsSpinnerMode) {
 TEST(LookPolicy, SpinnerBetweenBurstsHalvesTheTickDownToTheFloor) {
   LookPolicy p;
   const int64_t t = make_spinner(p);
-  EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs / 4);
   // Each tick finds it polled (for its send completion) and silent since,
   // with the peer's WRITE waiting: served, and the tick halves again.
   int64_t now = t;
@@ -98,6 +104,26 @@ TEST(LookPolicy, SpinnerBetweenBurstsHalvesTheTickDownToTheFloor) {
     EXPECT_TRUE(l.plan.slow_poller);
   }
   EXPECT_EQ(p.tick_ns(), LookPolicy::kMinTickNs);
+}
+
+// A busy poller the host preempted for over kPollerIdleNs now and then
+// looks like a spinner at one look; the thread serves what waited, but
+// only a second such look within kSpinnerConfirmNs begins spinner mode.
+TEST(LookPolicy, BusyPollerPreemptedNowAndThenIsNoSpinner) {
+  LookPolicy p;
+  int64_t now = kT0;
+  look(p, seen(now, true, 2 * kUs), 0);
+  for (int i = 0; i < 5; ++i) {
+    // Busy ticks, then one finding it 80 us silent with a packet waiting.
+    for (int j = 0; j < 4; ++j) look(p, seen(now += kMs, true, 1 * kUs), 0);
+    const Look l = look(p, seen(now += kMs, true, 80 * kUs), 1);
+    EXPECT_TRUE(l.plan.slow_poller) << "episode " << i;
+    EXPECT_TRUE(l.plan.serve);
+    EXPECT_FALSE(p.spinner()) << "episode " << i;
+  }
+  // Two within kSpinnerConfirmNs: a spinner.
+  look(p, seen(now += LookPolicy::kSpinnerConfirmNs, true, 80 * kUs), 1);
+  EXPECT_TRUE(p.spinner());
 }
 
 TEST(LookPolicy, SlowPollerWithNothingWaitingKeepsTheTick) {
@@ -121,7 +147,10 @@ TEST(LookPolicy, TickAfterALookThatFoundItPollingSeesTheSpinner) {
   EXPECT_TRUE(l.plan.serve);
   EXPECT_TRUE(l.plan.slow_poller);
   EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
-  EXPECT_TRUE(l.out.spinner);
+  EXPECT_FALSE(l.out.spinner);  // not yet: the next such look confirms it
+  const Look m = look(p, seen(kT0 + kMs + p.tick_ns(), true, 100 * kUs), 1);
+  EXPECT_TRUE(m.plan.slow_poller);
+  EXPECT_TRUE(m.out.spinner);
 }
 
 // A look in between -- a kick, a timer, a stats publish -- that came too
@@ -139,7 +168,7 @@ TEST(LookPolicy, LookTooSoonAfterThePollToTellChangesNothing) {
   EXPECT_TRUE(l.plan.serve);
   EXPECT_TRUE(l.plan.slow_poller);
   EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
-  EXPECT_TRUE(l.out.spinner);
+  EXPECT_FALSE(l.out.spinner);  // once
 }
 
 // One in between that could tell (50 us after the last poll) serves the
@@ -150,7 +179,7 @@ TEST(LookPolicy, LookThatCanTellServesTheSpinnerOnce) {
   look(p, seen(kT0, true, 3 * kUs), 0);
   const Look mid = look(p, seen(kT0 + 100 * kUs, false, 103 * kUs), 1);
   EXPECT_TRUE(mid.plan.slow_poller);
-  EXPECT_TRUE(mid.out.spinner);
+  EXPECT_FALSE(mid.out.spinner);  // once
   const Look l = look(p, seen(kT0 + kMs, false, kMs + 3 * kUs), 1);
   EXPECT_FALSE(l.plan.slow_poller);
   EXPECT_TRUE(l.plan.serve);  // as an idle application's
@@ -214,15 +243,21 @@ TEST(LookPolicy, WakeLeftToAPollingApplicationIsLookedAtAgainSoon) {
 TEST(LookPolicy, TickDoublesBackAfterBusyLooksWithNothingToDo) {
   LookPolicy p;
   int64_t now = make_spinner(p);
-  ASSERT_EQ(p.tick_ns(), kAppTickNs / 2);
-  // (Counted from the look that had work, which does not count.)
-  for (int i = 0; i < LookPolicy::kBusyLooks; ++i) {
+  ASSERT_EQ(p.tick_ns(), kAppTickNs / 4);
+  // (Counted from the look that had work, which does not count, but found
+  // the application had polled since the one before.)
+  for (int i = 0; i < LookPolicy::kBusyLooks - 1; ++i) {
     now += p.tick_ns();
     look(p, seen(now, true, 1 * kUs), 0);
-    EXPECT_EQ(p.tick_ns(), kAppTickNs / 2) << "look " << i;
+    EXPECT_EQ(p.tick_ns(), kAppTickNs / 4) << "look " << i;
   }
   now += p.tick_ns();
   look(p, seen(now, true, 1 * kUs), 0);
+  EXPECT_EQ(p.tick_ns(), kAppTickNs / 2);
+  for (int i = 0; i < LookPolicy::kBusyLooks; ++i) {
+    now += p.tick_ns();
+    look(p, seen(now, true, 1 * kUs), 0);
+  }
   EXPECT_EQ(p.tick_ns(), kAppTickNs);
   for (int i = 0; i < 2 * LookPolicy::kBusyLooks; ++i) {
     now += p.tick_ns();

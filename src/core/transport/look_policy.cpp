@@ -40,8 +40,12 @@ LookOutcome LookPolicy::after(size_t got, int64_t now_ns) noexcept {
   const bool was_spinner = spinner();
   if (p.serve && p.slow_poller && got > 0) {
     tick_ns_ = std::max(kMinTickNs, tick_ns_ / 2);
-    idle_looks_ = -1;     // this look had work
-    spinner_misses_ = 0;  // (a busy poller preempted for a while leaves at its next polls)
+    idle_looks_ = -1;  // this look had work
+    // The second within kSpinnerConfirmNs begins (or keeps up) spinner mode
+    // (a busy poller mistaken all the same leaves at its next polls).
+    if (slow_served_ && in.now_ns - slow_served_ns_ <= kSpinnerConfirmNs) spinner_misses_ = 0;
+    slow_served_ = true;
+    slow_served_ns_ = in.now_ns;
   }
   // A spinner's wake that found nothing for us is a miss.
   if (in.rx_event && app_active && was_spinner && !p.slow_poller) {

@@ -76,6 +76,14 @@ class LookPolicy {
   // preempted longer than kPollerIdleNs loses a batch of packets to the
   // thread once: harmless.
   static constexpr int64_t kPollerIdleNs = 50'000;
+  // Spinner mode begins at the second such look that served packets within
+  // kSpinnerConfirmNs of the first.  A spinner keeps being found so (its
+  // peer's packets wait for the thread at every look until the mode
+  // begins); a busy poller shows it once now and then, when the host
+  // preempts it: in a UDP SEND ping-pong on 2 CPUs about 50 times a
+  // second, each costing the poller a mode of wakes for packets it takes
+  // itself.
+  static constexpr int64_t kSpinnerConfirmNs = 3'000'000;
   static constexpr int64_t kMinTickNs = 50'000;
   static constexpr int kBusyLooks = 8;
   // In spinner mode each poll that takes completions (after which a spinner
@@ -139,6 +147,8 @@ class LookPolicy {
   int64_t spin_until_ = 0;
   int64_t spin_paused_until_ = 0;
   int64_t last_after_ns_ = 0;  // the clock at the end of the last look
+  bool slow_served_ = false;   // a slow poller's packets were served, at slow_served_ns_
+  int64_t slow_served_ns_ = 0;
 };
 
 }  // namespace uroce::transport
