@@ -291,15 +291,23 @@ ShmIo::Peer* ShmIo::ring_peer(const TxPacket& pkt, Clock::time_point now) noexce
   return &p;
 }
 
-bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept {
+// The ring of QP `dest_qpn` at `dst` (as ring_peer() finds it for a
+// packet), if it has one on this host.
+const ShmIo::Peer* ShmIo::peer_ring(const Endpoint& dst, uint32_t dest_qpn) noexcept {
   if (!use_shm_ || dest_qpn == kGsiQpn || dst.addr.is_v4() != udp_->local().addr.is_v4() || !udp_->host_local(dst.addr))
-    return false;
+    return nullptr;
   if (peers_.size() >= kMaxPeers) {  // (as send_batch does)
     peers_.clear();
     last_peer_ = 0;
   }
   const Peer& p = peers_[peer(dst, int(dest_qpn >> kQpnIndexBits), Clock::now())];
-  if (!p.ring) return false;
+  return p.ring ? &p : nullptr;
+}
+
+bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) noexcept {
+  const Peer* found = peer_ring(dst, dest_qpn);
+  if (!found) return false;
+  const Peer& p = *found;
   out.pid = p.ring->header().owner_pid;
   out.start = p.ring->header().owner_start;
   out.caps = p.ring->header().user[kCapsWord].load(std::memory_order_relaxed);
@@ -309,15 +317,9 @@ bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) n
 std::atomic<uint64_t>* ShmIo::copy_gate() noexcept { return ring_ ? &ring_->header().user[kGateWords] : nullptr; }
 
 std::shared_ptr<std::atomic<uint64_t>> ShmIo::peer_copy_gate(const Endpoint& dst, uint32_t dest_qpn) noexcept {
-  if (!use_shm_ || dest_qpn == kGsiQpn || dst.addr.is_v4() != udp_->local().addr.is_v4() || !udp_->host_local(dst.addr))
-    return nullptr;
-  if (peers_.size() >= kMaxPeers) {  // (as send_batch does)
-    peers_.clear();
-    last_peer_ = 0;
-  }
-  const Peer& p = peers_[peer(dst, int(dest_qpn >> kQpnIndexBits), Clock::now())];
-  if (!p.ring) return nullptr;
-  return std::shared_ptr<std::atomic<uint64_t>>(p.ring, &p.ring->header().user[kGateWords]);
+  const Peer* p = peer_ring(dst, dest_qpn);
+  if (!p) return nullptr;
+  return std::shared_ptr<std::atomic<uint64_t>>(p->ring, &p->ring->header().user[kGateWords]);
 }
 
 void ShmIo::advertise(uint64_t caps) noexcept {

@@ -139,6 +139,7 @@ class ShmIo final : public PacketIo {
   };
   ShmIo() = default;
   size_t peer(const Endpoint& ep, int slot, Clock::time_point now) noexcept;  // index in peers_
+  const Peer* peer_ring(const Endpoint& dst, uint32_t dest_qpn) noexcept;     // null: none on this host
   Peer* ring_peer(const TxPacket& pkt, Clock::time_point now) noexcept;       // null: by UDP
   void refresh(Peer& p, Clock::time_point now) noexcept;
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
