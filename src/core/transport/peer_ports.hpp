@@ -32,11 +32,14 @@ class PeerPorts {
 
   explicit PeerPorts(std::shared_ptr<net::HostRegistry> registry) : registry_(std::move(registry)) {}
 
-  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false);
+  // `flags` (if given): the registry::kBinding* bits the peer published, 0
+  // for a peer found at 4791 by default.
+  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false, uint64_t* flags = nullptr);
 
  private:
   struct Answer {
     uint16_t port;
+    uint64_t flags;
     Clock::time_point expires;
   };
   std::shared_ptr<net::HostRegistry> registry_;
