@@ -31,7 +31,7 @@ Status sys_error(const std::string& path, const char* what, int e = errno) {
 
 struct BindingView {
   uint32_t port;
-  uint64_t owner, netns, flags;
+  uint64_t owner, netns;
   IpAddr addr;
 };
 
@@ -49,7 +49,6 @@ bool read_binding(const Binding& b, BindingView& v) {
     v.netns = b.netns.load(acq);
     const uint64_t hi = b.addr_hi.load(acq);
     const uint64_t lo = b.addr_lo.load(acq);
-    v.flags = b.flags.load(acq);
     if (b.seq.load(std::memory_order_relaxed) != s) continue;
     v.addr = addr_from_halves(hi, lo);
     return true;
@@ -59,7 +58,7 @@ bool read_binding(const Binding& b, BindingView& v) {
 
 // Only the slot's owner writes (serialised by its write_mu_).  Release
 // stores keep the odd seq ahead of every field.
-void write_binding(Binding& b, uint32_t port, uint64_t owner, uint64_t netns, const IpAddr& a, uint64_t flags = 0) {
+void write_binding(Binding& b, uint32_t port, uint64_t owner, uint64_t netns, const IpAddr& a) {
   constexpr auto rel = std::memory_order_release;
   const uint32_t s = b.seq.load(std::memory_order_relaxed);
   const uint32_t w = s + 1 + (s & 1);  // odd, even if a dead writer left it odd
@@ -69,7 +68,6 @@ void write_binding(Binding& b, uint32_t port, uint64_t owner, uint64_t netns, co
   b.netns.store(netns, rel);
   b.addr_hi.store(addr_half(a, 0), rel);
   b.addr_lo.store(addr_half(a, 1), rel);
-  b.flags.store(flags, rel);
   b.seq.store(w + 1, rel);
 }
 
@@ -230,7 +228,7 @@ HostRegistry::~HostRegistry() {
   if (file_) own_mappings::unmap(file_, registry::kFileSize);
 }
 
-Status HostRegistry::publish(const IpAddr& addr, uint16_t port, uint64_t flags) {
+Status HostRegistry::publish(const IpAddr& addr, uint16_t port) {
   if (port == 0) return err::inval("registry: cannot publish port 0 for " + addr.to_string());
   std::lock_guard lk(write_mu_);
   if (released_ || ::getpid() != pid_)
@@ -242,7 +240,7 @@ Status HostRegistry::publish(const IpAddr& addr, uint16_t port, uint64_t flags) 
     const bool mine = b.port.load(std::memory_order_relaxed) != 0 && b.owner.load(std::memory_order_relaxed) == me_;
     if (mine && b.netns.load(std::memory_order_relaxed) == ns &&
         addr_from_halves(b.addr_hi.load(), b.addr_lo.load()) == addr) {
-      write_binding(b, port, me_, ns, addr, flags);
+      write_binding(b, port, me_, ns, addr);
       return {};
     }
     if (!mine && !free) free = &b;
@@ -250,7 +248,7 @@ Status HostRegistry::publish(const IpAddr& addr, uint16_t port, uint64_t flags) 
   if (!free)
     return err::from_errno(ENOSPC, "registry: slot " + std::to_string(slot_) + " has all " +
                                        std::to_string(kMaxBindings) + " bindings in use");
-  write_binding(*free, port, me_, ns, addr, flags);
+  write_binding(*free, port, me_, ns, addr);
   return {};
 }
 
@@ -270,27 +268,22 @@ Status HostRegistry::unpublish(const IpAddr& addr, uint16_t port) {
 }
 
 std::optional<uint16_t> HostRegistry::lookup_port(uint32_t slot, const IpAddr& addr) const {
-  const std::optional<Published> p = lookup(slot, addr);
-  return p ? std::optional<uint16_t>(p->port) : std::nullopt;
-}
-
-std::optional<HostRegistry::Published> HostRegistry::lookup(uint32_t slot, const IpAddr& addr) const {
   if (slot == 0 || slot >= registry::kSlots) return std::nullopt;
   const registry::Slot& sl = file_->slots[slot];
   const uint64_t owner = sl.owner.load(std::memory_order_acquire);
   if (owner == 0) return std::nullopt;
   const uint64_t ns = ns_inode("net");
   const IpAddr any = addr.is_v4() ? IpAddr::from_v4(0) : IpAddr{};
-  std::optional<Published> exact, wildcard;
+  std::optional<uint16_t> exact, wildcard;
   for (const Binding& b : sl.bindings) {
     BindingView v;
     if (!read_binding(b, v) || v.port == 0 || v.owner != owner || v.netns != ns) continue;
     if (v.addr == addr)
-      exact = Published{uint16_t(v.port), v.flags};
+      exact = uint16_t(v.port);
     else if (v.addr == any)
-      wildcard = Published{uint16_t(v.port), v.flags};
+      wildcard = uint16_t(v.port);
   }
-  std::optional<Published> port = exact ? exact : wildcard;
+  std::optional<uint16_t> port = exact ? exact : wildcard;
   if (!port || !owner_alive(owner, sl.pidns.load(std::memory_order_acquire))) return std::nullopt;
   if (sl.owner.load(std::memory_order_acquire) != owner) return std::nullopt;  // changed hands
   return port;

@@ -65,9 +65,8 @@ class HostRegistry {
 
   // Announces that this process receives on (addr, port) in the calling
   // thread's network namespace; replaces the port of an earlier binding for
-  // the same address.  `flags`: registry::kBinding* bits.  ENOSPC when all
-  // kMaxBindings are in use.
-  Status publish(const IpAddr& addr, uint16_t port, uint64_t flags = 0);
+  // the same address.  ENOSPC when all kMaxBindings are in use.
+  Status publish(const IpAddr& addr, uint16_t port);
   // Withdraws a binding; ENOENT if it was not published.
   Status unpublish(const IpAddr& addr, uint16_t port);
 
@@ -76,12 +75,6 @@ class HostRegistry {
   // family also matches).  nullopt if there is none or the holder is dead.
   // A few system calls (stat, kill, /proc/<pid>/stat): cache the answer.
   std::optional<uint16_t> lookup_port(uint32_t slot, const IpAddr& addr) const;
-  // The same, with the binding's flags.
-  struct Published {
-    uint16_t port;
-    uint64_t flags;  // registry::kBinding* bits
-  };
-  std::optional<Published> lookup(uint32_t slot, const IpAddr& addr) const;
 
   // Whether a live process holds `slot`.
   bool alive(uint32_t slot) const;

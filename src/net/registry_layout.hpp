@@ -48,14 +48,8 @@ struct Binding {
   std::atomic<uint64_t> owner;
   std::atomic<uint64_t> netns;             // inode of /proc/self/ns/net
   std::atomic<uint64_t> addr_hi, addr_lo;  // the 16 address bytes, big-endian halves
-  // kBinding* bits.  (Once a reserved word that every writer left 0, so a
-  // binding of an older uroce reads as none: no version bump.)
-  std::atomic<uint64_t> flags;
+  uint64_t reserved;
 };
-// What the binding's NIC sends leaves it exactly as it computed it (no fault
-// injection on its path): a peer on this host, which its packets reach
-// through memory only, need not check their ICRCs.
-inline constexpr uint64_t kBindingExactTx = 1;
 static_assert(sizeof(Binding) == 48);
 
 struct alignas(64) Slot {

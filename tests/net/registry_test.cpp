@@ -297,31 +297,6 @@ TEST_F(Registry, PublishAndLookupInOneProcess) {
   EXPECT_FALSE(b->lookup_port(gone, IpAddr::from_v4(0x0a000003)));
 }
 
-// A binding carries its NIC's flags (kBindingExactTx: peers of this host
-// need not check its ICRCs); one published without, as an older uroce
-// does, reads as none, and publishing again replaces them.
-TEST_F(Registry, ABindingCarriesItsFlags) {
-  auto a = open(), b = open();
-  ASSERT_TRUE(a && b);
-  ASSERT_TRUE(a->publish(kLo4, 50000, registry::kBindingExactTx).ok());
-  ASSERT_TRUE(a->publish(kLo6, 50001).ok());
-  auto v4 = b->lookup(a->slot(), kLo4);
-  ASSERT_TRUE(v4);
-  EXPECT_EQ(v4->port, 50000);
-  EXPECT_EQ(v4->flags, registry::kBindingExactTx);
-  auto v6 = b->lookup(a->slot(), kLo6);
-  ASSERT_TRUE(v6);
-  EXPECT_EQ(v6->port, 50001);
-  EXPECT_EQ(v6->flags, 0u);
-  ASSERT_TRUE(a->publish(kLo4, 50002).ok());
-  v4 = b->lookup(a->slot(), kLo4);
-  ASSERT_TRUE(v4);
-  EXPECT_EQ(v4->port, 50002);
-  EXPECT_EQ(v4->flags, 0u);
-  ASSERT_TRUE(a->unpublish(kLo4, 50002).ok());
-  EXPECT_FALSE(b->lookup(a->slot(), kLo4));
-}
-
 TEST_F(Registry, PublishLookupAcrossProcesses) {
   Pipe out, cmd;
   pid_t kid = spawn([&] {

@@ -16,7 +16,6 @@
 #include "net/peer_process.hpp"
 #include "net/port_group.hpp"
 #include "net/registry.hpp"
-#include "net/registry_layout.hpp"
 #include "net/shm_io.hpp"
 #include "net/stats_file.hpp"
 #include "net/udp_io.hpp"
@@ -241,11 +240,7 @@ Status Nic::open_io(const IoFactory* factory) {
       UROCE_LOG(warn, "counters not published: %s", pub.status().to_string().c_str());
   }
   if (registry_) {
-    // Peers of this host need not check our ICRCs unless something on our
-    // path may alter packets (FaultIo with faults says it is no host-local
-    // path; so does an I/O that cannot tell).
-    const uint64_t flags = io_->host_local(local_.addr) ? net::registry::kBindingExactTx : 0;
-    Status s = registry_->publish(local_.addr, local_.port, flags);
+    Status s = registry_->publish(local_.addr, local_.port);
     if (!s.ok()) UROCE_LOG(warn, "registry publish: %s", s.to_string().c_str());
   }
   UROCE_LOG(info, "%s: RoCEv2 on %s", cfg_.name.c_str(), local_.to_string().c_str());

@@ -141,12 +141,9 @@ class Nic {
 
   // UDP endpoint of (gid, qpn) (peer_ports.hpp; a multicast GID is its IP
   // group on the RoCEv2 port).  NIC lock held.
-  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false, uint64_t* flags = nullptr) noexcept {
-    if (gid.is_multicast()) {
-      if (flags) *flags = 0;
-      return {gid, net::kRoceV2Port};
-    }
-    return ports_.resolve(gid, qpn, fresh, flags);
+  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false) noexcept {
+    if (gid.is_multicast()) return {gid, net::kRoceV2Port};
+    return ports_.resolve(gid, qpn, fresh);
   }
   // Whether packets to `addr` stay inside this host (net::PacketIo::host_local).
   // NIC lock held.
@@ -275,9 +272,7 @@ class Nic {
   explicit Nic(const NicConfig& cfg);
   Status open_io(const IoFactory* factory);
   void dispatch(net::RxPacket& pkt) noexcept;
-  bool icrc_ok(const net::RxPacket& raw) noexcept;  // counts a bad one
-  // A peer of this host whose ICRCs need no check sent it (nic_rx.cpp); counts it.
-  bool icrc_needless(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;
+  bool icrc_ok(const net::RxPacket& raw) noexcept;                                     // counts a bad one
   void gsi_receive(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;        // NIC lock held
   void deliver_multicast(const wire::Packet& pkt, const net::RxPacket& raw) noexcept;  // NIC lock held
   void run_timers() noexcept;

@@ -50,21 +50,6 @@ inline bool Nic::icrc_ok(const net::RxPacket& raw) noexcept {
   return false;
 }
 
-// The same holds for a packet of a connected QP's peer that is a uroce NIC
-// of this host and says it sends packets exactly as built (QpEngine::
-// peer_exact_tx): from it to us they crossed memory only, as loopback
-// datagrams do, which the kernel does not checksum either.  Its sender
-// computed the ICRC, for traces; checking it was a fifth of the receiver's
-// CPU in a 1 MiB WRITE stream.  Only the QP's own peer endpoint counts (a
-// stranger's packets and rdma_rxe's are checked), and only while neither
-// side injects faults (neither then counts as a path through memory).
-inline bool Nic::icrc_needless(const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
-  const QpEngine* qp = find_qp(pkt.hdr.bth.dest_qp);
-  if (!qp || !qp->peer_exact_tx || raw.via_ring || raw.src != qp->peer) return false;
-  ++counters_.rx_icrc_unchecked;
-  return true;
-}
-
 void Nic::dispatch(net::RxPacket& raw) noexcept {
   ++counters_.rx_packets;
   counters_.rx_bytes += raw.data.size();
@@ -79,7 +64,7 @@ void Nic::dispatch(net::RxPacket& raw) noexcept {
     UROCE_LOG(debug, "drop from %s: %s", raw.src.to_string().c_str(), wire::to_string(derr));
     return;
   }
-  if (!(raw.via_ring && raw.icrc_omitted) && !icrc_needless(pkt, raw) && !icrc_ok(raw)) return;
+  if (!(raw.via_ring && raw.icrc_omitted) && !icrc_ok(raw)) return;
   // The port's P_Key table holds the default key only (ibv_query_pkey):
   // a packet of another partition is dropped, as rxe and NICs drop it.
   if (!wire::pkey_matches(pkt.hdr.bth.pkey, wire::kDefaultPkey)) {

@@ -32,14 +32,11 @@ class PeerPorts {
 
   explicit PeerPorts(std::shared_ptr<net::HostRegistry> registry) : registry_(std::move(registry)) {}
 
-  // `flags` (if given): the registry::kBinding* bits the peer published, 0
-  // for a peer found at 4791 by default.
-  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false, uint64_t* flags = nullptr);
+  Endpoint resolve(const IpAddr& gid, uint32_t qpn, bool fresh = false);
 
  private:
   struct Answer {
     uint16_t port;
-    uint64_t flags;
     Clock::time_point expires;
   };
   std::shared_ptr<net::HostRegistry> registry_;

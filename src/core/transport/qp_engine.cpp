@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "net/registry_layout.hpp"
 #include "transport/nic.hpp"
 #include "transport/protocol.hpp"
 #include "transport/psn.hpp"
@@ -312,13 +311,11 @@ std::string to_string(const EngineSnapshot& s) {
 }
 
 void QpEngine::refresh_peer() noexcept {
-  uint64_t flags = 0;
-  const Endpoint e = nic_->resolve(attr.ah_attr.dgid, attr.dest_qp_num, /*fresh=*/true, &flags);
+  const Endpoint e = nic_->resolve(attr.ah_attr.dgid, attr.dest_qp_num, /*fresh=*/true);
   if (e.port != peer.port && peer.port != 0)
     UROCE_LOG(debug, "qp 0x%x: peer %s now at %s", qpn_, peer.to_string().c_str(), e.to_string().c_str());
   peer = e;
   host_local = nic_->host_local(peer.addr);
-  peer_exact_tx = host_local && (flags & net::registry::kBindingExactTx) != 0;
   icrc_ip.dst = peer.addr;
   icrc_ip.dst_port = peer.port;
 }

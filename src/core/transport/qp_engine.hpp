@@ -135,12 +135,8 @@ class QpEngine {
   WorkQueue<RecvWqe> rq;  // unused with an SRQ
   RequesterState req;     // requester + completer
   ResponderState resp;
-  Endpoint peer;            // RC/UC: the peer's UDP endpoint
-  bool host_local = false;  // RC/UC: the peer is on this host (Nic::host_local)
-  // RC/UC: the peer is a uroce NIC of this host whose packets come exactly
-  // as it built them (net::registry::kBindingExactTx), through memory only:
-  // their ICRCs need no check (nic_rx.cpp).
-  bool peer_exact_tx = false;
+  Endpoint peer;                     // RC/UC: the peer's UDP endpoint
+  bool host_local = false;           // RC/UC: the peer is on this host (Nic::host_local)
   wire::IpUdpFields icrc_ip;         // RC/UC: ICRC fields of packets to the peer
   uint32_t mtu = 1024;               // path MTU in bytes
   RecvSource* xrc_target = nullptr;  // XRC_RECV: the SRQ of the request at hand (or last handled)
