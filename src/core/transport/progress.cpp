@@ -244,6 +244,7 @@ void Nic::progress_thread_main() noexcept {
   bool rx_event = false;       // the socket woke us: we held it, its packets are ours
   bool spinning = false;       // this look comes at once after the last (LookOutcome::spin_until)
   bool timed_out = false;      // the last sleep ended at its timeout, nothing woke us
+  bool tick_only = false;      // ... a timeout the policy's tick set (no timer, ACK or stats deadline)
   int skipped = 0;             // looks skipped in a row (kMaxSkippedLooks)
   Clock::time_point cpu_at{};  // when record_thread_cpu() last ran
   while (!stop_.load(std::memory_order_acquire)) {
@@ -252,7 +253,7 @@ void Nic::progress_thread_main() noexcept {
     Clock::time_point looked;  // the clock at this look (now_, read under the lock)
     std::unique_lock g(mu_, std::defer_lock);
     bool skip = false;
-    if (timed_out && skipped < kMaxSkippedLooks && app_activity_.load(std::memory_order_relaxed) != seen) {
+    if (timed_out && tick_only && skipped < kMaxSkippedLooks && app_activity_.load(std::memory_order_relaxed) != seen) {
       // A tick while an application thread polls.  If one holds the lock
       // right now it is driving the protocol (its drive() runs due timers
       // and sends lazy ACKs too): this look would leave it everything, and
@@ -336,6 +337,10 @@ void Nic::progress_thread_main() noexcept {
         // Published under the lock: arm_timer() (also under it) kicks us if it
         // needs us earlier than this.
         thread_sleep_until_.store(spinning ? 0 : sleep_until, std::memory_order_release);
+        // A sleep cut short by a timer, a held ACK or the stats is always
+        // followed by a look: the lock holder may be in post_send() or
+        // modify_qp() rather than drive(), and those would wait a tick.
+        tick_only = sleep_until == look.sleep_until;
       }
       g.unlock();
       // A new wait fd (a multicast join); a plain load first: no write per loop.
@@ -358,6 +363,7 @@ void Nic::progress_thread_main() noexcept {
     const bool armed = sock_armed_.load(std::memory_order_relaxed);
     if (const int cap = io_->max_sleep_ms(); armed && cap >= 0) {
       const int64_t limit = Clock::now().time_since_epoch().count() + int64_t(cap) * 1'000'000;
+      if (limit < sleep_until) tick_only = false;
       sleep_until = std::min(sleep_until, limit);
     }
     timespec timeout{};
