@@ -38,6 +38,13 @@ TEST(CopyGate, ARequestOfTheCurrentGenerationIsLetThroughAndCounted) {
   }
   EXPECT_EQ(gate.get()[1].load(), 0u);
   EXPECT_FALSE(CopyGateHold(nullptr, 0).open());  // no gate (the ring is gone): shut
+  {
+    CopyGateHold hold(gate, gen);
+    hold.release();  // the copy is over before the scope
+    EXPECT_EQ(gate.get()[1].load(), 0u);
+    hold.release();  // (once only)
+  }
+  EXPECT_EQ(gate.get()[1].load(), 0u);  // and not again at the end of the scope
 }
 
 TEST(CopyGate, AFenceWaitsForTheCopyInProgressAndShutsLaterOnes) {

@@ -92,14 +92,29 @@ void to_error(Qp& qp) {
 
 constexpr uint32_t kLen = 256u << 10;
 
+// Work request 1 from A: a one-copy READ of B's buffer (pattern `seed`)
+// into A's, or a WRITE of A's (pattern `seed`) into B's; the target's kLen
+// bytes and guard are poisoned first.  Returns once B holds its request
+// (a READ's one, a WRITE's first chunk).
+void post_held(Pair& p, Held& held, WrOpcode op, uint32_t seed) {
+  const bool read = op == WrOpcode::rdma_read;
+  fill_pattern((read ? p.b : p.a).buf.data(), kLen, seed);
+  std::memset((read ? p.a : p.b).buf.data(), kPoison, kLen + kGuard);
+  sync_with(p);
+  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, op, p.b, 0), {p.a.sge(0, kLen)}).ok());
+  ASSERT_TRUE(drive_b_until(p, [&] { return read ? held.count() == 1 : held.count() >= 1; }));
+}
+
+// The first byte of the kLen + kGuard at `at` that is not poison (-1: none).
+long first_unpoisoned(const uint8_t* at) {
+  const std::vector<uint8_t> poison(kLen + kGuard, kPoison);
+  return first_diff(at, poison.data(), kLen + kGuard);
+}
+
 TEST(RcCopyFence, AReadFlushedBeforeItsPushNeverLands) {
   auto held = std::make_shared<Held>();
   Pair p(holding(held));
-  fill_pattern(p.b.buf.data(), kLen, 41);
-  std::memset(p.a.buf.data(), kPoison, kLen + kGuard);
-  sync_with(p);
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_read, p.b, 0), {p.a.sge(0, kLen)}).ok());
-  ASSERT_TRUE(drive_b_until(p, [&] { return held->count() == 1; }));
+  post_held(p, *held, WrOpcode::rdma_read, 41);
   to_error(*p.a.qp);
   const auto wc = poll_n(*p.a.scq, 1);
   ASSERT_EQ(wc.size(), 1u);
@@ -108,8 +123,7 @@ TEST(RcCopyFence, AReadFlushedBeforeItsPushNeverLands) {
   held->release();
   ASSERT_TRUE(drive_b_until(p, [&] { return p.b.counters().resp_copy_stale == 1; }));
   sync_with(p);
-  const std::vector<uint8_t> poison(kLen + kGuard, kPoison);
-  EXPECT_EQ(first_diff(p.a.buf.data(), poison.data(), kLen + kGuard), -1) << "a byte landed after the flush";
+  EXPECT_EQ(first_unpoisoned(p.a.buf.data()), -1) << "a byte landed after the flush";
   EXPECT_EQ(p.b.counters().resp_copy_reads, 0u);
   EXPECT_GE(p.a.counters().req_copy_fences, 1u);
   EXPECT_EQ(p.a.counters().req_copy_fence_timeouts, 0u);
@@ -118,11 +132,7 @@ TEST(RcCopyFence, AReadFlushedBeforeItsPushNeverLands) {
 TEST(RcCopyFence, AWriteFlushedBeforeItsPullIsNotCarriedOut) {
   auto held = std::make_shared<Held>();
   Pair p(holding(held));
-  fill_pattern(p.a.buf.data(), kLen, 42);
-  std::memset(p.b.buf.data(), kPoison, kLen + kGuard);
-  sync_with(p);
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}).ok());
-  ASSERT_TRUE(drive_b_until(p, [&] { return held->count() >= 1; }));
+  post_held(p, *held, WrOpcode::rdma_write, 42);
   to_error(*p.a.qp);
   const auto wc = poll_n(*p.a.scq, 1);
   ASSERT_EQ(wc.size(), 1u);
@@ -132,8 +142,7 @@ TEST(RcCopyFence, AWriteFlushedBeforeItsPullIsNotCarriedOut) {
   held->release();
   ASSERT_TRUE(drive_b_until(p, [&] { return p.b.counters().resp_copy_stale == 1; }));
   sync_with(p);
-  const std::vector<uint8_t> poison(kLen + kGuard, kPoison);
-  EXPECT_EQ(first_diff(p.b.buf.data(), poison.data(), kLen + kGuard), -1) << "a byte was pulled after the flush";
+  EXPECT_EQ(first_unpoisoned(p.b.buf.data()), -1) << "a byte was pulled after the flush";
   EXPECT_EQ(p.b.counters().resp_copy_writes, 0u);
   EXPECT_EQ(p.b.counters().resp_copy_bytes, 0u);
 }
@@ -159,8 +168,7 @@ TEST(RcCopyFence, AReadWhoseSinkWasDeregisteredNeverLands) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, WcStatus::loc_prot_err);
   sync_with(p);
-  const std::vector<uint8_t> poison(kLen + kGuard, kPoison);
-  EXPECT_EQ(first_diff(sink.data(), poison.data(), kLen + kGuard), -1) << "a byte landed after deregistration";
+  EXPECT_EQ(first_unpoisoned(sink.data()), -1) << "a byte landed after deregistration";
   EXPECT_EQ(p.b.counters().resp_copy_stale, 1u);
   EXPECT_EQ(p.b.counters().resp_copy_reads, 0u);
 }
@@ -171,11 +179,7 @@ TEST(RcCopyFence, AReadWhoseSinkWasDeregisteredNeverLands) {
 TEST(RcCopyFence, AWriteCaughtBehindALaterFailureIsNotReportedDone) {
   auto held = std::make_shared<Held>();
   Pair p(holding(held));
-  fill_pattern(p.a.buf.data(), kLen, 46);
-  std::memset(p.b.buf.data(), kPoison, kLen + kGuard);
-  sync_with(p);
-  ASSERT_TRUE(post_write(*p.a.qp, write_wr(1, WrOpcode::rdma_write, p.b, 0), {p.a.sge(0, kLen)}).ok());
-  ASSERT_TRUE(drive_b_until(p, [&] { return held->count() >= 1; }));
+  post_held(p, *held, WrOpcode::rdma_write, 46);
   Sge bad = p.a.sge(0, 64);
   bad.lkey ^= 0x5a5a00;  // names no region
   ASSERT_TRUE(post_write(*p.a.qp, write_wr(2, WrOpcode::rdma_write, p.b, 0), {bad}).ok());
@@ -188,8 +192,7 @@ TEST(RcCopyFence, AWriteCaughtBehindALaterFailureIsNotReportedDone) {
   held->release();
   ASSERT_TRUE(drive_b_until(p, [&] { return p.b.counters().resp_copy_stale >= 1; }));
   sync_with(p);
-  const std::vector<uint8_t> poison(kLen + kGuard, kPoison);
-  EXPECT_EQ(first_diff(p.b.buf.data(), poison.data(), kLen + kGuard), -1);
+  EXPECT_EQ(first_unpoisoned(p.b.buf.data()), -1);
   EXPECT_EQ(p.b.counters().resp_copy_writes, 0u);
 }
 

@@ -19,8 +19,11 @@ CopyGateHold::CopyGateHold(std::shared_ptr<std::atomic<uint64_t>> gate, uint32_t
   open_ = uint32_t(gate_.get()[0].load(std::memory_order_seq_cst)) == generation;
 }
 
-CopyGateHold::~CopyGateHold() {
+CopyGateHold::~CopyGateHold() { release(); }
+
+void CopyGateHold::release() noexcept {
   if (gate_) gate_.get()[1].fetch_sub(1, std::memory_order_seq_cst);
+  gate_.reset();
 }
 
 uint64_t copy_gate_fence(std::atomic<uint64_t>* gate, uint64_t stuck, std::chrono::nanoseconds bound) noexcept {

@@ -35,6 +35,8 @@ class CopyGateHold {
   CopyGateHold(const CopyGateHold&) = delete;
   CopyGateHold& operator=(const CopyGateHold&) = delete;
   bool open() const noexcept { return open_; }
+  // Ends the hold before the scope does (the copy is over).
+  void release() noexcept;
 
  private:
   std::shared_ptr<std::atomic<uint64_t>> gate_;

@@ -298,16 +298,15 @@ void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     std::vector<iovec> remote;
     remote.reserve(sink.size());
     for (const wire::CopyRange& x : sink) remote.push_back({reinterpret_cast<void*>(uintptr_t(x.addr)), size_t(x.len)});
-    std::optional<CopyGateHold> gate;
-    gate.emplace(nic.io().peer_copy_gate(qp.peer, qp.attr.dest_qp_num), gate_gen);
-    if (!gate->open()) {  // (as in place_from_peer)
+    CopyGateHold gate = hold_gate(nic, qp, gate_gen);
+    if (!gate.open()) {  // (as in place_from_peer)
       ++c.resp_copy_stale;
       send_copy_nak(nic, qp, first, CopyNakReason::stale);
       return;
     }
     const iovec local{const_cast<uint8_t*>(src), bytes};
     const Result<size_t> put = peer->write({&local, 1}, remote);
-    gate.reset();  // (before anything below may fence: responder_fail with our own peer)
+    gate.release();  // (before anything below may fence: responder_fail with our own peer)
     if (!put.ok() || *put != bytes) {
       if (!put.ok() && put.status().code() != EFAULT) {
         ++c.resp_copy_refused;
