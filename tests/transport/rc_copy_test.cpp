@@ -153,6 +153,57 @@ TEST(RcCopyMore, WriteWithImmediateFromSeveralSges) {
   EXPECT_EQ(drain(*p.b.rcq, 20).size(), 0u);
 }
 
+// WRITEs with immediate data (qperf's rc_rdma_write_bw) that reach the
+// responder in one receive batch: each is acknowledged as soon as it is
+// copied, one ACK per request, not one for the whole batch after all the
+// copies (the requester's window then drained before it opened again).
+TEST(RcCopyMore, EachCopiedWriteIsAcknowledgedAtOnce) {
+  Pair p(copy_options());
+  constexpr uint32_t kLen = 64u << 10;
+  constexpr int kWrites = 4;
+  sync_with(p);
+  fill_pattern(p.a.buf.data(), kWrites * kLen, 5);
+  std::memset(p.b.buf.data(), kPoison, kWrites * kLen + kGuard);
+  for (int i = 0; i < kWrites; ++i) ASSERT_TRUE(post_recv(*p.b.qp, 200 + uint64_t(i), {}).ok());
+  const Counters a0 = p.a.counters(), b0 = p.b.counters();
+  {
+    // B's NIC is held while A posts: the requests wait in B's ring and are
+    // taken in one batch when it lets go.
+    std::lock_guard hold(p.b.ctx->nic().mu());
+    for (int i = 0; i < kWrites; ++i) {
+      SendWr wr = write_wr(10 + uint64_t(i), WrOpcode::rdma_write_with_imm, p.b, size_t(i) * kLen);
+      wr.imm_data = uint32_t(i);
+      ASSERT_TRUE(post_write(*p.a.qp, wr, {p.a.sge(size_t(i) * kLen, kLen)}).ok());
+    }
+    {  // (posts behind unacknowledged ones wait for A's next progress)
+      std::lock_guard g(p.a.ctx->nic().mu());
+      (void)p.a.ctx->nic().drive();
+    }
+    ASSERT_GE(p.a.counters().req_copy_writes - a0.req_copy_writes, 2u) << "requests in B's ring at once";
+  }
+  const auto swc = poll_n(*p.a.scq, kWrites);
+  ASSERT_EQ(swc.size(), size_t(kWrites));
+  for (int i = 0; i < kWrites; ++i) {
+    EXPECT_EQ(swc[size_t(i)].status, WcStatus::success);
+    EXPECT_EQ(swc[size_t(i)].wr_id, 10 + uint64_t(i));
+  }
+  const auto rwc = poll_n(*p.b.rcq, kWrites);
+  ASSERT_EQ(rwc.size(), size_t(kWrites));
+  for (int i = 0; i < kWrites; ++i) {
+    EXPECT_EQ(rwc[size_t(i)].status, WcStatus::success);
+    EXPECT_EQ(rwc[size_t(i)].imm_data, uint32_t(i));
+  }
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.b.buf.data(), p.a.buf.data(), kWrites * kLen), -1);
+  EXPECT_EQ(p.b.buf[kWrites * kLen], kPoison);
+  const Counters a1 = p.a.counters(), b1 = p.b.counters();
+  const uint64_t copies = b1.resp_copy_writes - b0.resp_copy_writes;
+  EXPECT_EQ(copies, a1.req_copy_writes - a0.req_copy_writes);
+  EXPECT_GE(copies, uint64_t(kWrites));
+  EXPECT_EQ(b1.resp_acks_sent - b0.resp_acks_sent, copies) << "ACKs for " << copies << " copied requests";
+  EXPECT_EQ(a1.req_acks_rcvd - a0.req_acks_rcvd, copies);
+}
+
 // A READ into three SGEs of odd lengths: the bytes in order.
 TEST(RcCopyMore, ReadIntoSeveralSges) {
   Pair p(copy_options());

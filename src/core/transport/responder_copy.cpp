@@ -233,6 +233,17 @@ void responder_copy_write(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const
     ++c.resp_copy_writes;
     c.resp_copy_bytes += req->bytes;
   }
+  // A copy takes microseconds (about 6 for 64 KiB here): its ACK leaves
+  // now, not after the copies of the rest of this receive batch, nor held
+  // for an answer (the requester's window waits for it).  Coalesced with
+  // the batch's, one ACK came per window of requests: the window drained
+  // before it opened again, and a requester that sleeps between
+  // completions (qperf's blocking waits) slept, to be woken by a doorbell,
+  // once per window (rc_rdma_write_bw 64 KiB: 3.2 GB/s, 10.4 polling).
+  if (ch.ack_req && s.ack == AckOwed::ack) {
+    nic.flush_acks(Nic::HeldAck::early);  // (if it was held: with any other held ones)
+    nic.pump();
+  }
 }
 
 void responder_copy_read(Nic& nic, QpEngine& qp, const wire::Packet& pkt, const net::RxPacket& raw) noexcept {
