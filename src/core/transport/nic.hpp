@@ -301,6 +301,7 @@ class Nic {
   TxBatch tx_;
   std::vector<net::RxPacket> rx_;
   Clock::time_point now_;
+  Clock::time_point last_rx_{};  // when poll_rx last received a packet (wait_on's spin)
 
   PeerPorts ports_{nullptr};
   std::unique_ptr<QpTable> qps_;  // made once the registry gave the slot
@@ -359,8 +360,9 @@ class Nic {
   std::atomic<bool> spinner_{false};            // the application spins on memory between polls
   std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
   bool arm_socket() noexcept;                   // arms it unless it is (true: it did)
-  std::atomic<uint64_t> handed_activity_{0};    // app_activity_ when a poll last handed over the socket
-  std::atomic<bool> wait_spinning_{false};      // an application waiter keeps receiving (wait_on)
+  bool wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept;  // wait_on's spin
+  std::atomic<uint64_t> handed_activity_{0};  // app_activity_ when a poll last handed over the socket
+  std::atomic<bool> wait_spinning_{false};    // an application waiter keeps receiving (wait_on)
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };
 

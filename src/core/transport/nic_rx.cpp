@@ -20,6 +20,7 @@ size_t Nic::poll_rx() noexcept {
   const size_t handed = xrc_inboxes_.empty() ? 0 : drain_xrc_inboxes();
   if (n == 0) return handed;
   refresh_now();
+  last_rx_ = now_;
   for (size_t i = 0; i < n; ++i) dispatch(rx_[i]);
   pump();
   return n + handed;

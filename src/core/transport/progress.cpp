@@ -25,7 +25,7 @@ namespace {
 // Packets the progress thread handles before it looks at timers again.
 constexpr int kThreadRxRounds = 64;
 // How long an application thread about to sleep for a completion keeps
-// receiving after its last packet (Nic::wait_on).  The ACKs of a window of
+// receiving after the last packet (Nic::wait_spin).  The ACKs of a window of
 // sends come one at a time, so any packet counts.  In a ping-pong it costs
 // the waiter CPU while it spins for the reply (about 5% of one in `uroce
 // pingpong send-notify`) and saves it a wake-up when the reply comes in time.
@@ -97,6 +97,35 @@ size_t Nic::drive() noexcept {
   return got;
 }
 
+// wait_on's spin (the one spinning waiter's): true if `fd` became readable.
+// It keeps receiving until kWaitSpinNs pass after the last packet the NIC
+// received, its own or another thread's: a waiter that comes between two
+// ACKs of a stream, the next still on its way, waits for that one too.
+// (Counted from its own packets only, it slept at once when its first look
+// found nothing and was rung awake by the peer for most ACKs: qperf
+// rc_rdma_write_bw 64 KiB through shared memory slept 17,000 times a second
+// and moved 5.5-6.9 GB/s, 8.5-10.2 this way.)
+bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept {
+  int64_t last_rx = 0;
+  for (int looks = 0;; ++looks) {
+    size_t got;
+    int64_t nic_rx;
+    {
+      std::lock_guard g(mu_);
+      got = drive();
+      if (!lazy_.empty()) flush_acks();
+      nic_rx = last_rx_.time_since_epoch().count();
+      if (looks == 1) ++counters_.app_wait_spins;
+    }
+    now = Clock::now().time_since_epoch().count();
+    // (last_rx_ is when a batch came, before its work: our own counts from now.)
+    last_rx = got > 0 ? now : std::max(last_rx, nic_rx);
+    if (now - last_rx > kWaitSpinNs || now - start > kWaitSpinMaxNs || now >= deadline) return false;
+    pollfd self{fd, POLLIN, 0};
+    if (::poll(&self, 1, 0) > 0) return true;
+  }
+}
+
 bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
   app_waiting_.fetch_add(1, std::memory_order_acq_rel);
   // While packets keep coming (a message of many packets, the ACKs of a
@@ -120,23 +149,17 @@ bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
     const sigset_t quiet = quiet_signal_mask();
     pthread_sigmask(SIG_BLOCK, &quiet, &app_mask);
   }
-  for (int64_t last_rx = 0;;) {
-    size_t got;
+  if (spin) {
+    fd_ready = wait_spin(fd, start, deadline, now);
+    wait_spinning_.store(false, std::memory_order_release);
+  } else {  // one look, then sleep
     {
       std::lock_guard g(mu_);
-      got = drive();
+      (void)drive();
       if (!lazy_.empty()) flush_acks();
     }
     now = Clock::now().time_since_epoch().count();
-    if (got > 0) last_rx = now;
-    if (!spin || now - last_rx > kWaitSpinNs || now - start > kWaitSpinMaxNs || now >= deadline) break;
-    pollfd self{fd, POLLIN, 0};
-    if (::poll(&self, 1, 0) > 0) {
-      fd_ready = true;
-      break;
-    }
   }
-  if (spin) wait_spinning_.store(false, std::memory_order_release);
   bool interrupted = false;
   if (!fd_ready && now < deadline) {
     pollfd pfd[2] = {{fd, POLLIN, 0}, {io_->wait_fd(), POLLIN, 0}};
