@@ -204,6 +204,69 @@ TEST(RcCopyMore, EachCopiedWriteIsAcknowledgedAtOnce) {
   EXPECT_EQ(a1.req_acks_rcvd - a0.req_acks_rcvd, copies);
 }
 
+// B's packet I/O, counting the one-copy READ "done" packets of each of its
+// sends (read under B's NIC lock, which sends hold).
+class DoneCountingIo final : public ForwardingIo {
+ public:
+  DoneCountingIo(std::unique_ptr<net::PacketIo> io, std::shared_ptr<std::vector<size_t>> per_send)
+      : ForwardingIo(std::move(io)), per_send_(std::move(per_send)) {}
+  size_t send_batch(std::span<const net::TxPacket> pkts) noexcept override {
+    size_t dones = 0;
+    for (const net::TxPacket& x : pkts)
+      if (!x.head.empty() && x.head[0] == uint8_t(wire::Opcode::uroce_copy_read_done)) ++dones;
+    if (dones > 0) per_send_->push_back(dones);
+    return inner_->send_batch(pkts);
+  }
+
+ private:
+  std::shared_ptr<std::vector<size_t>> per_send_;
+};
+
+// READs that reach the responder in one receive batch: each is reported
+// done as soon as its bytes are pushed, not all of them together after the
+// last push (the requester's completions and window waited for that).
+TEST(RcCopyMore, EachCopiedReadIsReportedDoneAtOnce) {
+  PairOptions o = copy_options();
+  auto per_send = std::make_shared<std::vector<size_t>>();
+  o.wrap_b = [per_send](std::unique_ptr<net::PacketIo> io) -> std::unique_ptr<net::PacketIo> {
+    return std::make_unique<DoneCountingIo>(std::move(io), per_send);
+  };
+  Pair p(o);
+  constexpr uint32_t kLen = 64u << 10;
+  constexpr int kReads = 4;
+  sync_with(p);
+  fill_pattern(p.b.buf.data(), kReads * kLen, 9);
+  std::memset(p.a.buf.data(), kPoison, kReads * kLen + kGuard);
+  const Counters b0 = p.b.counters();
+  {
+    std::lock_guard hold(p.b.ctx->nic().mu());  // (the requests wait in B's ring)
+    for (int i = 0; i < kReads; ++i) {
+      const size_t off = size_t(i) * kLen;
+      ASSERT_TRUE(
+          post_write(*p.a.qp, write_wr(20 + uint64_t(i), WrOpcode::rdma_read, p.b, off), {p.a.sge(off, kLen)}).ok());
+    }
+    std::lock_guard g(p.a.ctx->nic().mu());  // (posts behind unanswered ones wait for A's next progress)
+    (void)p.a.ctx->nic().drive();
+  }
+  const auto wc = poll_n(*p.a.scq, kReads);
+  ASSERT_EQ(wc.size(), size_t(kReads));
+  for (int i = 0; i < kReads; ++i) {
+    EXPECT_EQ(wc[size_t(i)].status, WcStatus::success);
+    EXPECT_EQ(wc[size_t(i)].wr_id, 20 + uint64_t(i));
+  }
+  sync_with(p);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), kReads * kLen), -1);
+  EXPECT_EQ(p.a.buf[kReads * kLen], kPoison);
+  EXPECT_EQ(p.b.counters().resp_copy_reads - b0.resp_copy_reads, uint64_t(kReads));
+  size_t dones = 0, most = 0;
+  for (const size_t n : *per_send) {
+    dones += n;
+    most = std::max(most, n);
+  }
+  EXPECT_EQ(dones, size_t(kReads));
+  EXPECT_EQ(most, 1u) << "done packets in one send, of " << per_send->size() << " sends";
+}
+
 // A READ into three SGEs of odd lengths: the bytes in order.
 TEST(RcCopyMore, ReadIntoSeveralSges) {
   Pair p(copy_options());

@@ -341,6 +341,9 @@ void responder_push_read(Nic& nic, QpEngine& qp, RdAtomicResource& r) noexcept {
     }
   }
   send_answer(nic, qp, wire::Opcode::uroce_copy_read_done, first, wire::copy_done_payload(n));
+  // The READ is done: that leaves now, not after the pushes of the other
+  // READs this turn answers (as a copied WRITE's ACK, responder_copy_write).
+  nic.flush_tx();
   ++c.resp_copy_reads;
   c.resp_copy_read_bytes += bytes;
   r.resp_psn = psn_add(first, n);
