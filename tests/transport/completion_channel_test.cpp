@@ -270,6 +270,44 @@ TEST(CompletionChannel, WaiterRightAfterAPacketKeepsReceivingThenSleeps) {
   EXPECT_EQ(poll_n(*p.b.rcq, kRounds).size(), size_t(kRounds));
 }
 
+// The same right after it sent: a waiter whose last packet came long ago
+// keeps receiving for a while after its SEND (the answer to a request is
+// on its way), then sleeps.  B is held, so that nothing comes back.
+TEST(CompletionChannel, WaiterRightAfterItSentKeepsReceivingThenSleeps) {
+  Pair p(with_channel());
+  for (int i = 0; i < 24; ++i) ASSERT_TRUE(post_recv(*p.b.qp, 50 + uint64_t(i), {p.b.sge(0, 64)}).ok());
+  uint64_t spun = 0;
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    for (auto e = p.a.ch->get_event(0); e.ok(); e = p.a.ch->get_event(0)) (*e)->ack_events(1);  // (earlier arms')
+    ASSERT_TRUE(p.a.scq->req_notify(false).ok());
+    Counters c0, c1;
+    {
+      std::lock_guard hold(p.b.ctx->nic().mu());
+      std::this_thread::sleep_for(1ms);  // A's last packet came long ago
+      c0 = p.a.counters();
+      Sge s = p.a.sge(0, 64);
+      SendWr wr;
+      wr.wr_id = uint64_t(round);
+      wr.opcode = WrOpcode::send;
+      wr.send_flags = send_flags::kSignaled;
+      wr.sg_list = {&s, 1};
+      ASSERT_TRUE(post_send(*p.a.qp, wr).ok());
+      const auto ev = p.a.ch->get_event(5);  // B answers nothing meanwhile
+      EXPECT_FALSE(ev.ok());
+      c1 = p.a.counters();
+    }
+    spun += c1.app_wait_spins - c0.app_wait_spins;
+    EXPECT_EQ(c1.app_wait_sleeps - c0.app_wait_sleeps, 1u) << "the wait ends asleep";
+    EXPECT_EQ(c1.tx_packets - c0.tx_packets, 1u);
+    const auto wc = poll_n(*p.a.scq, 1);  // (B lets go: the SEND completes)
+    ASSERT_EQ(wc.size(), 1u);
+    ASSERT_EQ(wc[0].status, WcStatus::success);
+  }
+  EXPECT_GE(spun, 1u) << "waits that kept receiving, of " << kRounds;
+  EXPECT_EQ(poll_n(*p.b.rcq, kRounds).size(), size_t(kRounds));
+}
+
 void on_usr1(int) {}
 
 // The waiter that keeps receiving while packets stream in keeps the

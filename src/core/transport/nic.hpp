@@ -302,6 +302,7 @@ class Nic {
   std::vector<net::RxPacket> rx_;
   Clock::time_point now_;
   Clock::time_point last_rx_{};  // when poll_rx last received a packet (wait_on's spin)
+  Clock::time_point last_tx_{};  // when pump() last sent one (the same)
 
   PeerPorts ports_{nullptr};
   std::unique_ptr<QpTable> qps_;  // made once the registry gave the slot

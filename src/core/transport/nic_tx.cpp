@@ -34,6 +34,7 @@ void Nic::schedule_ack(QpEngine& qp) noexcept {
 }
 
 void Nic::pump() noexcept {
+  const uint64_t sent_before = counters_.tx_packets;
   while (!ready_.empty()) {
     QpEngine* qp = ready_.front();
     ready_.pop_front();
@@ -81,6 +82,7 @@ void Nic::pump() noexcept {
   // Lazy ACKs ride along with whatever else is leaving now.
   if (tx_.size() > 0 && !lazy_.empty()) flush_acks(HeldAck::early);
   tx_.flush(*io_, counters_);
+  if (counters_.tx_packets != sent_before) last_tx_ = Clock::now();  // (a waiter's spin counts from it)
 }
 
 bool Nic::lazy_acks_await_acks() const noexcept {

@@ -99,12 +99,17 @@ size_t Nic::drive() noexcept {
 
 // wait_on's spin (the one spinning waiter's): true if `fd` became readable.
 // It keeps receiving until kWaitSpinNs pass after the last packet the NIC
-// received, its own or another thread's: a waiter that comes between two
-// ACKs of a stream, the next still on its way, waits for that one too.
-// (Counted from its own packets only, it slept at once when its first look
-// found nothing and was rung awake by the peer for most ACKs: qperf
-// rc_rdma_write_bw 64 KiB through shared memory slept 17,000 times a second
-// and moved 5.5-6.9 GB/s, 8.5-10.2 this way.)
+// received, its own or another thread's, or sent: a waiter that comes
+// between two ACKs of a stream, the next still on its way, or right after
+// it sent a request whose answer is, waits for that too.  Counted from its
+// own packets only, it slept at once when its first look found nothing and
+// was rung awake by the peer: qperf rc_rdma_write_bw 64 KiB through shared
+// memory slept 17,000 times a second and moved 5.5-6.9 GB/s (8.5-10.2
+// counted from packets received), and qperf rc_lat, which waits for each
+// message, took 27-35 us one way through shared memory and 43-45 over UDP
+// (6.1-7.7 and 12.7-19.8 counted from packets sent too).  The price: a
+// waiting ping-pong spins most of the time it waits (`uroce perf --wait
+// notify`: 65-78% of a CPU a side, 45% before).
 bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept {
   int64_t last_rx = 0;
   for (int looks = 0;; ++looks) {
@@ -114,7 +119,7 @@ bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexc
       std::lock_guard g(mu_);
       got = drive();
       if (!lazy_.empty()) flush_acks();
-      nic_rx = last_rx_.time_since_epoch().count();
+      nic_rx = std::max(last_rx_, last_tx_).time_since_epoch().count();
       if (looks == 1) ++counters_.app_wait_spins;
     }
     now = Clock::now().time_since_epoch().count();
