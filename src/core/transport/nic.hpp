@@ -364,6 +364,10 @@ class Nic {
   bool wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept;  // wait_on's spin
   std::atomic<uint64_t> handed_activity_{0};  // app_activity_ when a poll last handed over the socket
   std::atomic<bool> wait_spinning_{false};    // an application waiter keeps receiving (wait_on)
+  // (The spinning waiter's, see wait_spin.)  Spins on the NIC's traffic that
+  // ended in a sleep, in a row; waits left that do not spin on it.
+  uint8_t wait_spin_misses_ = 0;
+  uint16_t wait_spin_skip_ = 0;
   std::atomic<uint64_t> thread_user_us_{0}, thread_sys_us_{0};
 };
 

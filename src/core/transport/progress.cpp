@@ -98,21 +98,29 @@ size_t Nic::drive() noexcept {
 }
 
 // wait_on's spin (the one spinning waiter's): true if `fd` became readable.
-// It keeps receiving until kWaitSpinNs pass after the last packet the NIC
-// received, its own or another thread's, or sent: a waiter that comes
-// between two ACKs of a stream, the next still on its way, or right after
-// it sent a request whose answer is, waits for that too.  Counted from its
-// own packets only, it slept at once when its first look found nothing and
-// was rung awake by the peer: qperf rc_rdma_write_bw 64 KiB through shared
-// memory slept 17,000 times a second and moved 5.5-6.9 GB/s (8.5-10.2
-// counted from packets received), and qperf rc_lat, which waits for each
-// message, took 27-35 us one way through shared memory and 43-45 over UDP
-// (6.1-7.7 and 12.7-19.8 counted from packets sent too).  The price: a
-// waiting ping-pong spins most of the time it waits (`uroce perf --wait
-// notify`: 65-78% of a CPU a side, 45% before).
+// It keeps receiving until kWaitSpinNs pass after its own last packet, or,
+// while it has taken none, after the last packet the NIC received or sent,
+// whichever thread did: a waiter that comes between two ACKs of a stream,
+// the next still on its way, or right after it sent a request whose answer
+// is, waits for that too.  Counted from its own packets only, it slept at
+// once when its first look found nothing and was rung awake by the peer:
+// qperf rc_rdma_write_bw 64 KiB through shared memory moved 6.1-6.3 GB/s
+// (8.9-9.8 this way), qperf rc_lat, which waits for each message, took
+// 43-49 us one way through shared memory and 42-47 over UDP (6.8-7.5 and
+// 15), `uroce perf --wait notify` 71-73 us a round trip (4.3 and 15, for
+// 74% of a CPU a side rather than 40-43%: a waiting ping-pong spins most
+// of the time it waits).  Such a spin that ends in a sleep all the same is
+// a miss (the answer comes later than that, or its sender waits for a CPU
+// on a loaded host, where the spin only takes one from it: beside four
+// CPU-bound processes that round trip went 18-23 -> 50-83 us without this
+// rule): after misses in a row the next 2, 4, ... 64 waits do not spin on
+// the NIC's traffic (loaded: 24 and 5 us).
 bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept {
-  int64_t last_rx = 0;
-  for (int looks = 0;; ++looks) {
+  const bool borrow = wait_spin_skip_ == 0;  // may spin on the NIC's traffic
+  if (!borrow) --wait_spin_skip_;
+  int64_t own_rx = 0;  // when this waiter last took packets
+  bool spun = false, ready = false;
+  for (int looks = 0;; ++looks, spun = true) {
     size_t got;
     int64_t nic_rx;
     {
@@ -124,11 +132,24 @@ bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexc
     }
     now = Clock::now().time_since_epoch().count();
     // (last_rx_ is when a batch came, before its work: our own counts from now.)
-    last_rx = got > 0 ? now : std::max(last_rx, nic_rx);
-    if (now - last_rx > kWaitSpinNs || now - start > kWaitSpinMaxNs || now >= deadline) return false;
+    if (got > 0) own_rx = now;
+    const int64_t last = own_rx > 0 || !borrow ? own_rx : nic_rx;
+    if (now - last > kWaitSpinNs || now - start > kWaitSpinMaxNs || now >= deadline) break;
     pollfd self{fd, POLLIN, 0};
-    if (::poll(&self, 1, 0) > 0) return true;
+    if (::poll(&self, 1, 0) > 0) {
+      ready = true;
+      break;
+    }
   }
+  if (ready || own_rx > 0) {
+    wait_spin_misses_ = 0;
+  } else if (borrow && spun && now < deadline) {
+    // Spun on the NIC's traffic for nothing: the answer comes later than
+    // that, or its sender waits for a CPU (a loaded host).
+    wait_spin_misses_ = uint8_t(std::min(wait_spin_misses_ + 1, 6));
+    wait_spin_skip_ = uint16_t(1u << wait_spin_misses_);
+  }
+  return ready;
 }
 
 bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
