@@ -275,7 +275,13 @@ TEST(CompletionChannel, WaiterRightAfterAPacketKeepsReceivingThenSleeps) {
   // 17 (a straggling packet the waiter takes itself starts it over).  16-17
   // of 20 spun without the backoff; fewer if the test thread lost its CPU
   // for 20 us before a wait.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // The instrumentation stretches the steps between the ACK and the wait
+  // past 20 us (0 of 20 spun under AddressSanitizer, 2026-12-01): only the
+  // bound is checked there.
+#else
   EXPECT_GE(spun, 1u) << "waits that kept receiving, of " << kRounds;
+#endif
   EXPECT_LT(spun, 10u) << "waits that kept receiving, of " << kRounds << " that missed";
   EXPECT_EQ(poll_n(*p.b.rcq, kRounds).size(), size_t(kRounds));
 }
@@ -308,7 +314,9 @@ TEST(CompletionChannel, WaiterRightAfterItSentKeepsReceivingThenSleeps) {
     ASSERT_EQ(wc.size(), 1u);
     ASSERT_EQ(wc[0].status, WcStatus::success);
   }
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)  // (as above)
   EXPECT_GE(spun, 1u) << "waits that kept receiving, of " << kRounds;
+#endif
   EXPECT_LT(spun, 10u) << "waits that kept receiving, of " << kRounds << " that missed (as above)";
   EXPECT_EQ(poll_n(*p.b.rcq, kRounds).size(), size_t(kRounds));
 }
