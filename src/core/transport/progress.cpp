@@ -27,9 +27,15 @@ constexpr int kThreadRxRounds = 64;
 // How long an application thread about to sleep for a completion keeps
 // receiving after the last packet (Nic::wait_spin).  The ACKs of a window of
 // sends come one at a time, so any packet counts.  In a ping-pong it costs
-// the waiter CPU while it spins for the reply (about 5% of one in `uroce
-// pingpong send-notify`) and saves it a wake-up when the reply comes in time.
+// the waiter CPU while it spins for the reply (most of the time it waits:
+// see wait_spin) and saves it a wake-up when the reply comes in time.
 constexpr int64_t kWaitSpinNs = 20'000;
+// ... or after it last sent requests: their ACKs are on their way.  A
+// sender whose window is full gets an ACK every half window (128 packets
+// of 2 KiB: 75 us at 3.5 GB/s); asleep between them, it woke late and the
+// receiver ran dry (qperf rc_bw 1 MiB, which waits for events: 2.2-2.6
+// GB/s, 3.6 with this rule; the receiver slept 4,000 times a second).
+constexpr int64_t kWaitSpinAckNs = 250'000;
 // At most this long in all, before it sleeps (where packets waiting wake it
 // at once): a waiter whose CQ stays quiet while other QPs' packets stream
 // does not spin for good.
@@ -112,18 +118,24 @@ size_t Nic::drive() noexcept {
 // on a loaded host, where the spin only takes one from it: beside four
 // CPU-bound processes that round trip went 18-23 -> 50-83 us without this
 // rule): after misses in a row the next 2, 4, ... 64 waits do not spin on
-// the NIC's traffic (loaded: 24 and 5 us).
+// the NIC's traffic (loaded: 24 and 5 us).  A waiter that sent requests
+// itself (its looks drive a stream whose window ACKs open) keeps receiving
+// until kWaitSpinAckNs after it last did.
 bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept {
   const bool borrow = wait_spin_skip_ == 0;  // may spin on the NIC's traffic
   if (!borrow) --wait_spin_skip_;
-  int64_t own_rx = 0;  // when this waiter last took packets
+  int64_t own_rx = 0;   // when this waiter last took packets
+  int64_t own_req = 0;  // ... last sent requests (it drove a stream)
   bool spun = false, ready = false;
   for (int looks = 0;; ++looks, spun = true) {
     size_t got;
     int64_t nic_rx;
+    bool sent;
     {
       std::lock_guard g(mu_);
+      const uint64_t reqs = counters_.req_packets;
       got = drive();
+      sent = counters_.req_packets != reqs;
       if (!lazy_.empty()) flush_acks();
       nic_rx = std::max(last_rx_, last_tx_).time_since_epoch().count();
       if (looks == 1) ++counters_.app_wait_spins;
@@ -131,8 +143,10 @@ bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexc
     now = Clock::now().time_since_epoch().count();
     // (last_rx_ is when a batch came, before its work: our own counts from now.)
     if (got > 0) own_rx = now;
+    if (sent) own_req = now;
     const int64_t last = own_rx > 0 || !borrow ? own_rx : nic_rx;
-    if (now - last > kWaitSpinNs || now - start > kWaitSpinMaxNs || now >= deadline) break;
+    const bool acks_due = own_req > 0 && now - own_req <= kWaitSpinAckNs;
+    if ((now - last > kWaitSpinNs && !acks_due) || now - start > kWaitSpinMaxNs || now >= deadline) break;
     pollfd self{fd, POLLIN, 0};
     if (::poll(&self, 1, 0) > 0) {
       ready = true;
