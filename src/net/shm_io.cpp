@@ -395,7 +395,10 @@ size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
   return n;
 }
 
-bool ShmIo::prepare_wait() noexcept { return ring_ ? ring_->prepare_sleep() : false; }
+bool ShmIo::prepare_wait() noexcept {
+  const bool ring = ring_ ? ring_->prepare_sleep() : false;  // (announced: done_wait() ends it)
+  return udp_->prepare_wait() || ring;
+}
 
 void ShmIo::done_wait() noexcept {
   if (ring_) {

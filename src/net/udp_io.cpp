@@ -467,6 +467,7 @@ Status UdpIo::leave_group(const IpAddr& group) {
   for (auto it = mcast_.begin(); it != mcast_.end(); ++it)
     if (it->group == group) {
       if (rx_cur_ < rx_msgs_) rx_cur_ = rx_msgs_;  // (buffered datagrams may be of this socket: dropped)
+      rx_pending_.store(false, std::memory_order_release);
       (void)::epoll_ctl(wait_ep_.get(), EPOLL_CTL_DEL, it->fd.get(), nullptr);
       mcast_.erase(it);  // closing the socket leaves the group
       return {};
@@ -536,6 +537,7 @@ size_t UdpIo::recv_some(std::span<RxPacket> out, int fd) noexcept {
       rx_seg_ = 0;
     }
   }
+  rx_pending_.store(rx_cur_ < rx_msgs_, std::memory_order_release);
   return n;
 }
 

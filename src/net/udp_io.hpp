@@ -98,6 +98,9 @@ class UdpIo final : public PacketIo {
   // Datagrams of the last recvmmsg not handed out yet (recv_batch() returns
   // them without a system call).
   bool rx_buffered() const noexcept { return rx_cur_ < rx_msgs_; }
+  // True (do not sleep) while datagrams already read wait to be handed out:
+  // the socket no longer shows them.  (Any thread: an atomic copy.)
+  bool prepare_wait() noexcept override { return rx_pending_.load(std::memory_order_acquire); }
   // Whether we share the port with other processes (a port group).
   bool port_shared() const noexcept { return group_ != nullptr; }
 
@@ -133,7 +136,8 @@ class UdpIo final : public PacketIo {
   // Datagrams of the last recvmmsg not yet handed out (a GRO datagram may
   // hold more packets than the caller had room for).
   size_t rx_msgs_ = 0, rx_cur_ = 0, rx_off_ = 0;
-  size_t rx_dirty_ = 0;  // receive headers to reset before the next recvmmsg (open: all)
+  std::atomic<bool> rx_pending_{false};  // rx_buffered(), for prepare_wait()
+  size_t rx_dirty_ = 0;                  // receive headers to reset before the next recvmmsg (open: all)
   uint16_t rx_seg_ = 0;
   std::unique_ptr<Rings> r_;
   IoStats stats_;

@@ -436,6 +436,34 @@ TEST_F(ShmTest, UdpPeersStillWork) {
   EXPECT_EQ(got[0].second.src, (*plain)->local());
 }
 
+// Datagrams its UDP side read but did not hand out yet forbid a sleep as a
+// waiting ring slot does (the socket no longer shows them).
+TEST_F(ShmTest, UdpDatagramsReadButNotHandedOutForbidSleep) {
+  auto a = open_io();
+  ASSERT_TRUE(a);
+  UdpConfig u;
+  u.local = kLo;
+  u.port = 0;
+  auto plain = UdpIo::open(u);
+  ASSERT_TRUE(plain.ok());
+  const Bytes p0 = make_pkt(1, 0, 100), p1 = make_pkt(1, 1, 100), p2 = make_pkt(1, 2, 100);
+  TxPacket tx[] = {tx_of(p0, a->local()), tx_of(p1, a->local()), tx_of(p2, a->local())};
+  ASSERT_EQ((*plain)->send_batch(tx), 3u);
+  std::vector<RxPacket> one(1);
+  size_t n = 0;
+  for (auto t0 = Clock::now(); n == 0 && Clock::now() - t0 < 2s;) n = a->recv_batch(one);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(Bytes(one[0].data.begin(), one[0].data.end()), p0);
+  EXPECT_TRUE(a->prepare_wait()) << "two datagrams wait in the UDP side";
+  a->done_wait();
+  auto got = recv_n(*a, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, p1);
+  EXPECT_EQ(got[1].first, p2);
+  EXPECT_FALSE(a->prepare_wait());
+  a->done_wait();
+}
+
 TEST_F(ShmTest, FaultInjectionWrapsShmIo) {
   auto a = open_io(), b = open_io();
   ASSERT_TRUE(a && b);
