@@ -100,6 +100,16 @@ class ShmTest : public ::testing::Test {
     return r.ok() ? std::move(*r) : nullptr;
   }
 
+  // A plain UDP peer on loopback (no ring): another host, as far as we know.
+  static std::unique_ptr<UdpIo> open_plain() {
+    UdpConfig u;
+    u.local = kLo;
+    u.port = 0;
+    auto r = UdpIo::open(u);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+
   std::unique_ptr<ShmIo> open_io(uint16_t port = 0, ShmConfig cfg = {}, const IpAddr& addr = kLo) {
     UdpConfig u;
     u.local = addr;

@@ -102,15 +102,12 @@ TEST_F(ShmTest, ARingThatChecksIcrcsGetsTheComputedOne) {
 TEST_F(ShmTest, AUdpPeerGetsTheComputedIcrc) {
   auto a = open_io();
   ASSERT_TRUE(a);
-  UdpConfig u;
-  u.local = kLo;
-  u.port = 0;
-  auto plain = UdpIo::open(u);
-  ASSERT_TRUE(plain.ok());
+  auto plain = open_plain();
+  ASSERT_TRUE(plain);
   Pending p;
-  make_pending(p, a->local(), (*plain)->local());
+  make_pending(p, a->local(), plain->local());
   ASSERT_EQ(a->send_batch({&p.tx, 1}), 1u);
-  const auto got = recv_one(**plain);
+  const auto got = recv_one(*plain);
   EXPECT_FALSE(got.second.via_ring);
   EXPECT_FALSE(got.second.icrc_omitted);
   EXPECT_EQ(got.first, p.want);

@@ -411,29 +411,26 @@ TEST(ShmIoSpace, NoRoomForTheFullRingGivesASmallerOne) {
 TEST_F(ShmTest, UdpPeersStillWork) {
   auto a = open_io();
   ASSERT_TRUE(a);
-  UdpConfig u;
-  u.local = kLo;
-  u.port = 0;
-  auto plain = UdpIo::open(u);
-  ASSERT_TRUE(plain.ok());
+  auto plain = open_plain();
+  ASSERT_TRUE(plain);
   const Bytes pkt = make_pkt(1, 2, 200);
-  TxPacket tx = tx_of(pkt, (*plain)->local());
+  TxPacket tx = tx_of(pkt, plain->local());
   EXPECT_EQ(a->send_batch({&tx, 1}), 1u);
   std::vector<RxPacket> rx(4);
   size_t n = 0;
   for (auto t0 = Clock::now(); n == 0 && Clock::now() - t0 < 2s;) {
-    pollfd p{(*plain)->wait_fd(), POLLIN, 0};
+    pollfd p{plain->wait_fd(), POLLIN, 0};
     ::poll(&p, 1, 100);
-    n = (*plain)->recv_batch(rx);
+    n = plain->recv_batch(rx);
   }
   ASSERT_EQ(n, 1u);
   EXPECT_EQ(Bytes(rx[0].data.begin(), rx[0].data.end()), pkt);
   tx = tx_of(pkt, a->local());
-  EXPECT_EQ((*plain)->send_batch({&tx, 1}), 1u);
+  EXPECT_EQ(plain->send_batch({&tx, 1}), 1u);
   auto got = recv_n(*a, 1);  // a busy poller reads its socket too, if less often
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].first, pkt);
-  EXPECT_EQ(got[0].second.src, (*plain)->local());
+  EXPECT_EQ(got[0].second.src, plain->local());
 }
 
 // Datagrams its UDP side read but did not hand out yet forbid a sleep as a
@@ -441,14 +438,11 @@ TEST_F(ShmTest, UdpPeersStillWork) {
 TEST_F(ShmTest, UdpDatagramsReadButNotHandedOutForbidSleep) {
   auto a = open_io();
   ASSERT_TRUE(a);
-  UdpConfig u;
-  u.local = kLo;
-  u.port = 0;
-  auto plain = UdpIo::open(u);
-  ASSERT_TRUE(plain.ok());
+  auto plain = open_plain();
+  ASSERT_TRUE(plain);
   const Bytes p0 = make_pkt(1, 0, 100), p1 = make_pkt(1, 1, 100), p2 = make_pkt(1, 2, 100);
   TxPacket tx[] = {tx_of(p0, a->local()), tx_of(p1, a->local()), tx_of(p2, a->local())};
-  ASSERT_EQ((*plain)->send_batch(tx), 3u);
+  ASSERT_EQ(plain->send_batch(tx), 3u);
   std::vector<RxPacket> one(1);
   size_t n = 0;
   for (auto t0 = Clock::now(); n == 0 && Clock::now() - t0 < 2s;) n = a->recv_batch(one);
