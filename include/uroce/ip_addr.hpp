@@ -66,6 +66,14 @@ class IpAddr {
   std::string to_string() const;
 
   friend auto operator<=>(const IpAddr&, const IpAddr&) = default;
+  // Equality as two 8-byte compares: the defaulted one calls memcmp, and
+  // the packet path compares addresses several times a packet.
+  friend bool operator==(const IpAddr& a, const IpAddr& b) noexcept {
+    uint64_t x[2], y[2];
+    std::memcpy(x, a.b_.data(), 16);
+    std::memcpy(y, b.b_.data(), 16);
+    return ((x[0] ^ y[0]) | (x[1] ^ y[1])) == 0;
+  }
 
  private:
   std::array<uint8_t, 16> b_{};
@@ -81,6 +89,7 @@ struct Endpoint {
   static std::optional<Endpoint> from_sockaddr(const sockaddr* sa, socklen_t len) noexcept;
   std::string to_string() const;
   friend auto operator<=>(const Endpoint&, const Endpoint&) = default;
+  friend bool operator==(const Endpoint& a, const Endpoint& b) noexcept { return a.port == b.port && a.addr == b.addr; }
 };
 
 }  // namespace uroce
