@@ -303,7 +303,7 @@ TEST(RcSwift, ALatePeerOnThisHostIsNoQueue) {
   Sge sge = p.a.sge(0, 64 * 1024);
   {
     // B's process gets no CPU: nothing of B's runs without its NIC's lock.
-    std::lock_guard<std::mutex> stalled(p.b.ctx->nic().mu());
+    std::lock_guard stalled(p.b.ctx->nic().mu());
     ASSERT_TRUE(post_send(*p.a.qp, make_wr(9, WrOpcode::rdma_write, &sge, p.b.addr(0), p.b.mr->rkey())).ok());
     std::this_thread::sleep_for(40ms);
   }

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fast_mutex.hpp"
 #include "common/ip_addr.hpp"
 #include "common/status.hpp"
 #include "net/packet_io.hpp"
@@ -95,7 +96,7 @@ class Nic {
   const NicConfig& config() const noexcept { return cfg_; }
   Endpoint local() const noexcept { return local_; }
   uint32_t mtu() const noexcept { return cfg_.mtu; }
-  std::mutex& mu() noexcept { return mu_; }
+  FastMutex& mu() noexcept { return mu_; }
   Counters& counters() noexcept { return counters_; }
   // A copy of the counters with those the packet I/O keeps filled in
   // (rx_kernel_drops, fault_*).  NIC lock held.
@@ -296,7 +297,7 @@ class Nic {
   std::unique_ptr<net::StatsPublisher> stats_;
   Clock::time_point stats_at_{};  // last publication
   uint64_t stats_mark_ = ~0ull;   // activity as of then (see maybe_publish_stats)
-  mutable std::mutex mu_;
+  mutable FastMutex mu_;
   Counters counters_;
   TxBatch tx_;
   std::vector<net::RxPacket> rx_;
