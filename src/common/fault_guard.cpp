@@ -1,11 +1,46 @@
 #include "common/fault_guard.hpp"
 
 #include <signal.h>
+#include <ucontext.h>
 
 #include <atomic>
 #include <mutex>
 
+#ifndef UROCE_FAULT_GUARD_PORTABLE_COPY
+// uroce_fault_guard_copy(dst, src, n): rep movsb (fast for every size where
+// the CPU has FSRM/ERMS, and never slower than a sigsetjmp plus memcpy
+// here); a fault at the movsb resumes at `fault` (on_fault below).
+asm(R"(
+  .pushsection .text
+  .p2align 4
+  .globl uroce_fault_guard_copy
+  .hidden uroce_fault_guard_copy
+  .type uroce_fault_guard_copy, @function
+uroce_fault_guard_copy:
+  .cfi_startproc
+  endbr64
+  movq %rdx, %rcx
+uroce_fault_guard_copy_at:
+  rep movsb
+  xorl %eax, %eax
+  ret
+uroce_fault_guard_copy_fault:
+  movl $1, %eax
+  ret
+  .cfi_endproc
+  .size uroce_fault_guard_copy, .-uroce_fault_guard_copy
+  .popsection
+)");
+extern "C" const char uroce_fault_guard_copy_at[] __attribute__((visibility("hidden")));
+extern "C" const char uroce_fault_guard_copy_fault[] __attribute__((visibility("hidden")));
+#endif
+
 namespace uroce::fault_guard {
+
+#ifndef UROCE_FAULT_GUARD_PORTABLE_COPY
+thread_local CopyRange t_copy __attribute__((tls_model("initial-exec"))) = {0, 0};
+#endif
+
 namespace {
 
 struct sigaction g_old_segv, g_old_bus;
@@ -32,6 +67,15 @@ void pass_on(int sig, siginfo_t* si, void* uc) noexcept {
 void on_fault(int sig, siginfo_t* si, void* uc) {
   Guard* g = current();
   const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
+#ifndef UROCE_FAULT_GUARD_PORTABLE_COPY
+  // The copy routine's movsb at an address of its range: its failure exit.
+  auto& rip = static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP];
+  if (uintptr_t(rip) == reinterpret_cast<uintptr_t>(uroce_fault_guard_copy_at) && a >= t_copy.lo && a < t_copy.hi) {
+    g_recovered.fetch_add(1, std::memory_order_relaxed);
+    rip = greg_t(reinterpret_cast<uintptr_t>(uroce_fault_guard_copy_fault));
+    return;
+  }
+#endif
   for (; g; g = g->prev)
     if (a >= g->lo && a < g->hi) {
       g_recovered.fetch_add(1, std::memory_order_relaxed);
