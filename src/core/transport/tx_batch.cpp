@@ -27,11 +27,20 @@ bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
   const bool join = !ack && gso_max_ > 1 && !train_closed_ && train_len_ < gso_max_ && udp_len <= train_seg_ &&
                     train_bytes_ + udp_len <= 65000 && pkts_[train_first_].dst == dst && pkts_[train_first_].tos == tos;
   // The body may be application memory that went away since it was
-  // registered: the packet is then not added (nothing changed).
+  // registered: the packet is then not added (nothing changed).  A short
+  // one is copied into the slot first, one guarded copy cheaper than a
+  // guarded checksum or probe; the packet then carries that copy (whose
+  // ICRC cannot be changed under it by the application either).
+  bool ours = body.empty() || body.data() == s.bounce.get();  // (a gathered body: scratch())
+  if (!ours && body.size() <= kCopiedBody) {
+    if (!fault_guard::copy(s.bounce.get(), body.data(), body.size(), body.data())) return false;
+    body = std::span<const uint8_t>(s.bounce.get(), body.size());
+    ours = true;
+  }
   std::memset(s.tail, 0, pad);
   const net::PendingIcrc* pending = nullptr;
   if (defer_icrc_) {  // (a same-host peer's ring may take it without)
-    if (!fault_guard::readable(body.data(), body.size())) return false;
+    if (!ours && !fault_guard::readable(body.data(), body.size())) return false;
     s.icrc.ip = ip;
     if (join) s.icrc.ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
     s.icrc.out = s.tail + pad;
@@ -41,7 +50,12 @@ bool TxBatch::add(const Endpoint& dst, const wire::IpUdpFields& ip, wire::Header
     if (join) seg_ip.ipv4_id = uint16_t(ip.ipv4_id + train_len_);
     wire::Icrc crc(seg_ip, udp_len, std::span<const uint8_t, 12>(s.head, 12));
     crc.update(std::span<const uint8_t>(s.head + 12, hlen - 12));
-    if (!body.empty() && !fault_guard::run(body.data(), body.size(), [&] { crc.update(body); })) return false;
+    if (body.empty()) {
+    } else if (ours) {
+      crc.update(body);
+    } else if (!fault_guard::run(body.data(), body.size(), [&] { crc.update(body); })) {
+      return false;
+    }
     crc.update(std::span<const uint8_t>(s.tail, pad));
     wire::put_icrc(crc.value(), s.tail + pad);
   }

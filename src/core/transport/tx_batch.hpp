@@ -20,6 +20,8 @@ class TxBatch {
  public:
   static constexpr size_t kSlots = 64;
   static constexpr size_t kBounce = 4096 + 64;  // path MTU + a GRH's worth
+  // Bodies up to this long are copied into the slot (add()).
+  static constexpr size_t kCopiedBody = 512;
 
   TxBatch();
 
