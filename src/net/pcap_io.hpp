@@ -53,6 +53,7 @@ class PcapIo final : public PacketIo {
   bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
   void done_wait() noexcept override { inner_->done_wait(); }
   int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
+  void use_clock(const std::chrono::steady_clock::time_point* now) noexcept override { inner_->use_clock(now); }
   size_t max_payload() const noexcept override { return inner_->max_payload(); }
   Status join_group(const IpAddr& group) override { return inner_->join_group(group); }
   Status leave_group(const IpAddr& group) override { return inner_->leave_group(group); }

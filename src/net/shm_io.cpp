@@ -300,7 +300,7 @@ const ShmIo::Peer* ShmIo::peer_ring(const Endpoint& dst, uint32_t dest_qpn) noex
     peers_.clear();
     last_peer_ = 0;
   }
-  const Peer& p = peers_[peer(dst, int(dest_qpn >> kQpnIndexBits), Clock::now())];
+  const Peer& p = peers_[peer(dst, int(dest_qpn >> kQpnIndexBits), now())];
   return p.ring ? &p : nullptr;
 }
 
@@ -327,7 +327,7 @@ void ShmIo::advertise(uint64_t caps) noexcept {
 }
 
 size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = this->now();
   if (peers_.size() >= kMaxPeers) {
     peers_.clear();
     last_peer_ = 0;
@@ -378,7 +378,7 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
 size_t ShmIo::recv_batch(std::span<RxPacket> out) noexcept {
   size_t n = ring_ ? ring_->take(out) : 0;
   if (n == out.size()) return n;
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = this->now();
   if (n > 0) ring_hot_until_ = now + kRingHot;
   bool due = udp_due_.load(std::memory_order_relaxed);
   if (due) udp_due_.store(false, std::memory_order_relaxed);

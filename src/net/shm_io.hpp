@@ -111,6 +111,7 @@ class ShmIo final : public PacketIo {
   // with the machine busy) that done_wait() now prevents by re-arming the
   // latch.  Long, so that an idle NIC does not tick: one look a second.
   int max_sleep_ms() const noexcept override { return 1000; }
+  void use_clock(const Clock::time_point* now) noexcept override { clock_ = now; }
   size_t max_payload() const noexcept override { return udp_->max_payload(); }
   uint16_t gso_max_segments() const noexcept override { return udp_->gso_max_segments(); }
   bool host_local(const IpAddr& dst) noexcept override { return udp_->host_local(dst); }
@@ -164,6 +165,8 @@ class ShmIo final : public PacketIo {
   // Socket polling of recv_batch.
   std::atomic<bool> udp_due_{true};
   Clock::time_point udp_next_{}, udp_hot_until_{}, ring_hot_until_{};
+  const Clock::time_point* clock_ = nullptr;  // the engine's (use_clock)
+  Clock::time_point now() const noexcept { return clock_ ? *clock_ : Clock::now(); }
   uint64_t shm_tx_ = 0, shm_tx_bytes_ = 0, shm_full_ = 0, shm_lost_ = 0, bells_tx_ = 0;
   std::atomic<uint64_t> bells_rx_{0};  // done_wait() runs on any thread
 };

@@ -183,6 +183,14 @@ class Nic {
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
   void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
   void pump() noexcept;                      // send what is scheduled
+  // pump() for posts that wait for a doorbell (QpEngine::ring_doorbell),
+  // from a path that did not refresh the clock (a CQ poll that found
+  // completions and so does not drive).
+  void pump_posted() noexcept {
+    if (ready_.empty()) return;
+    refresh_now();
+    pump();
+  }
   // How an ACK held for the application's answer leaves: with it, with
   // other packets before it came, or alone at a deadline.
   enum class HeldAck : uint8_t { answered, early, alone };

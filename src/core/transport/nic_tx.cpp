@@ -82,7 +82,9 @@ void Nic::pump() noexcept {
   // Lazy ACKs ride along with whatever else is leaving now.
   if (tx_.size() > 0 && !lazy_.empty()) flush_acks(HeldAck::early);
   tx_.flush(*io_, counters_);
-  if (counters_.tx_packets != sent_before) last_tx_ = Clock::now();  // (a waiter's spin counts from it)
+  // (A waiter's spin counts from it.  Every caller refreshed the clock
+  // first: a poll, a receive batch, a post, a timer.)
+  if (counters_.tx_packets != sent_before) last_tx_ = now_;
 }
 
 bool Nic::lazy_acks_await_acks() const noexcept {

@@ -194,7 +194,7 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
       r.timing = true;
       r.reanchored = false;
       r.timed_psn = psn_add(psn, npsn - 1);
-      r.timed_at = Clock::now();
+      r.timed_at = nic.now();  // (fresh: whoever sends refreshed it)
     }
   }
 }
