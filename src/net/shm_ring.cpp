@@ -251,10 +251,6 @@ size_t ShmRing::clean_stale(const std::string& dir) {
 
 bool ShmRing::owner_alive() const noexcept { return !closed() && process_alive(hdr_->owner_pid, hdr_->owner_start); }
 
-shm::SlotHead& ShmRing::slot_at(uint64_t pos) const noexcept {
-  return *reinterpret_cast<SlotHead*>(slots_base_ + size_t(pos & (slots_ - 1)) * slot_size_);
-}
-
 // ----------------------------------------------------------------- producer
 
 uint64_t ShmRing::put_begin() noexcept {
@@ -417,8 +413,8 @@ size_t ShmRing::take(std::span<RxPacket> out) noexcept {
     }
     stall_pos_ = UINT64_MAX;
   }
-  head_.store(h, kRel);
   if (n > 0 || skipped != skipped_) {
+    head_.store(h, kRel);  // (an empty poll leaves it, and its cache line, alone)
     rx_packets_ += n;
     rx_bytes_ += bytes;
     skipped_ = skipped;

@@ -191,7 +191,9 @@ class ShmRing {
   // The two halves of put(), public so that tests can die in between.
   // begin returns the reserved position, or UINT64_MAX when full.
   uint64_t put_begin() noexcept;
-  shm::SlotHead& slot_at(uint64_t pos) const noexcept;
+  shm::SlotHead& slot_at(uint64_t pos) const noexcept {  // (inline: every poll calls it)
+    return *reinterpret_cast<shm::SlotHead*>(slots_base_ + size_t(pos & (slots_ - 1)) * slot_size_);
+  }
   uint8_t* payload_at(uint64_t pos) const noexcept {
     return reinterpret_cast<uint8_t*>(&slot_at(pos)) + shm::kSlotHeader;
   }
