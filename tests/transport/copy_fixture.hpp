@@ -47,6 +47,7 @@ class ForwardingIo : public net::PacketIo {
   bool prepare_wait() noexcept override { return inner_->prepare_wait(); }
   void done_wait() noexcept override { inner_->done_wait(); }
   int max_sleep_ms() const noexcept override { return inner_->max_sleep_ms(); }
+  void use_clock(const std::chrono::steady_clock::time_point* now) noexcept override { inner_->use_clock(now); }
   size_t max_payload() const noexcept override { return inner_->max_payload(); }
   bool host_local(const IpAddr& dst) noexcept override { return inner_->host_local(dst); }
   bool ring_owner(const Endpoint& dst, uint32_t qpn, net::RingOwner& out) noexcept override {

@@ -183,14 +183,6 @@ class Nic {
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
   void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
   void pump() noexcept;                      // send what is scheduled
-  // pump() for posts that wait for a doorbell (QpEngine::ring_doorbell),
-  // from a path that did not refresh the clock (a CQ poll that found
-  // completions and so does not drive).
-  void pump_posted() noexcept {
-    if (ready_.empty()) return;
-    refresh_now();
-    pump();
-  }
   // How an ACK held for the application's answer leaves: with it, with
   // other packets before it came, or alone at a deadline.
   enum class HeldAck : uint8_t { answered, early, alone };
@@ -220,6 +212,7 @@ class Nic {
   TxBatch& tx() noexcept { return tx_; }
   void flush_tx() noexcept { tx_.flush(*io_, counters_); }
   Clock::time_point now() const noexcept { return now_; }
+  Clock::time_point last_tx() const noexcept { return last_tx_; }  // (under the lock)
   void refresh_now() noexcept { now_ = Clock::now(); }
 
   // ---- application threads (take the lock themselves) ----

@@ -68,16 +68,15 @@ constexpr int kMaxSkippedLooks = 4;
 
 size_t Nic::drive() noexcept {
   app_activity_.fetch_add(1, std::memory_order_relaxed);
-  // One clock read a poll (poll_rx reads it again when packets came): the
-  // I/O, the timers and the pump all use it.  An idle poll took three.
-  refresh_now();
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
   app_receives_ = true;
   const size_t got = poll_rx();
   app_receives_ = false;
   // Timers that are due run here too (after the packets waiting, which may
   // answer them): a paced QP's next packet should not wait for the progress
-  // thread to get a CPU from the polling application.
+  // thread to get a CPU from the polling application.  (One clock read a
+  // poll: the I/O reads the one before, PacketIo::use_clock.)
+  refresh_now();
   if (!timers_.empty() && timers_.top().when <= now_) run_timers();
   const Clock::time_point end = now_;
   if (!lazy_.empty()) {

@@ -150,7 +150,6 @@ void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next
       transition(qpn_, req.drain, SqDrain::none);  // SQD -> RTS
       attr.qp_state = next;
       nic.schedule(*this);
-      nic.refresh_now();
       nic.pump();
       return;
     case QpState::sqd:
@@ -270,10 +269,7 @@ void QpEngine::ring_doorbell(size_t posted) noexcept {
     // unacknowledged sends new WRs at the next progress (the application's
     // next poll or wait, or the ACK that arrives), so that WRs posted back to
     // back leave together, in one GSO train.  An idle QP sends at once.
-    if (!reliable() || req.una_psn == req.next_psn) {
-      nic_->refresh_now();  // (after an idle spell it is old: the retransmit timer counts from it)
-      nic_->pump();
-    }
+    if (!reliable() || req.una_psn == req.next_psn) nic_->pump();
   }
 }
 

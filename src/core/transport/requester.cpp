@@ -194,7 +194,10 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
       r.timing = true;
       r.reanchored = false;
       r.timed_psn = psn_add(psn, npsn - 1);
-      r.timed_at = nic.now();  // (fresh: whoever sends refreshed it)
+      // The system clock, not the NIC's: a pump that sends a window reads
+      // that once, before its first packet, and congestion control would
+      // take the time to its last for queueing.
+      r.timed_at = Clock::now();
     }
   }
 }

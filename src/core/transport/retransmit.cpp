@@ -122,9 +122,11 @@ void requester_arm_retransmit(Nic& nic, QpEngine& qp) noexcept {
   if (r.una_psn == r.send_psn && r.una_psn == r.next_psn) return;
   if (r.retry == RetryTimer::off) {
     transition(qp.qpn(), r.retry, RetryTimer::armed);
-    // (Whoever sends refreshed the NIC's clock first: a poll, a receive
-    // batch, a timer, or the post itself, after what may have been an idle
-    // spell (QpEngine::ring_doorbell).)
+    // The NIC's clock is only refreshed when packets arrive or the progress
+    // thread wakes; after an idle spell it is old, and a deadline from it
+    // would already have passed.  Posting is the one path that arms
+    // without a fresh clock: refresh it.
+    nic.refresh_now();
     r.progress_at = nic.now();
     r.deadline = nic.now() + retransmit_interval(qp.attr.timeout);
     nic.arm_timer(qp, r.deadline);

@@ -261,8 +261,8 @@ void rtt_on_ack(Nic& nic, QpEngine& qp) noexcept {
   RequesterState& r = qp.req;
   if (!r.timing || !psn_before(r.timed_psn, r.una_psn)) return;
   r.timing = false;
-  // (The clock of the receive batch the ACK came in.)
-  const int64_t m = std::chrono::duration_cast<std::chrono::nanoseconds>(nic.now() - r.timed_at).count();
+  // (The system clock: see count_packet.)
+  const int64_t m = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - r.timed_at).count();
   // Timed from a resend whose hole was filled by the first sending after
   // all (reordered, not lost): the ACK came early.  Below the least clean
   // sample it is surely that; above it, indistinguishable and kept.

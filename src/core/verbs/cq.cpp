@@ -72,7 +72,7 @@ Result<int> Cq::poll(std::span<Wc> out, std::span<CompletionStamp> stamps) {
   if (count_ == 0)
     n.drive();
   else
-    n.pump_posted();  // posts waiting for a doorbell (Qp::post_send) leave now
+    n.pump();  // posts waiting for a doorbell (Qp::post_send) leave now
   const int got = pop_locked(out, stamps);
   if (got > 0) n.completions_taken();
   if (got == 0 && overflow_) return err::from_errno(EOVERFLOW, "completion queue overflowed");
