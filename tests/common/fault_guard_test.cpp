@@ -14,18 +14,35 @@
 namespace uroce::fault_guard {
 namespace {
 
+// ThreadSanitizer's signal interception does not hand a fault in its
+// memcpy to the guard's handler (as in tests/transport's VanishedMemory):
+// the plain and ASan builds check recovery.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_TSAN() GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer"
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SKIP_UNDER_TSAN() GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer"
+#endif
+#endif
+#ifndef SKIP_UNDER_TSAN
+#define SKIP_UNDER_TSAN() (void)0
+#endif
+
 struct Pages {
   size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  size_t count;
   uint8_t* base = nullptr;
-  explicit Pages(size_t n) {
+  explicit Pages(size_t n) : count(n) {
     void* p = ::mmap(nullptr, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     EXPECT_NE(p, MAP_FAILED);
     base = static_cast<uint8_t*>(p);
     for (size_t i = 0; i < n * page; ++i) base[i] = uint8_t(i * 7 + 1);
   }
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  ~Pages() { ::munmap(base, count * page); }
   uint8_t* at(size_t i) const { return base + i * page; }
   void protect(size_t i, int prot) const { ASSERT_EQ(::mprotect(at(i), page, prot), 0); }
-  ~Pages() = default;  // (unmapped by the process's end: a test may have unmapped parts)
 };
 
 TEST(FaultGuard, CopiesExactBytesOfEverySize) {
@@ -40,6 +57,7 @@ TEST(FaultGuard, CopiesExactBytesOfEverySize) {
 }
 
 TEST(FaultGuard, ReadFromAnUnreadablePageFails) {
+  SKIP_UNDER_TSAN();
   Pages m(2);
   m.protect(1, PROT_NONE);
   uint8_t out[64];
@@ -54,19 +72,41 @@ TEST(FaultGuard, ReadFromAnUnreadablePageFails) {
   EXPECT_TRUE(readable(m.at(0) + 5, 0));
 }
 
-TEST(FaultGuard, WriteToAReadOnlyOrUnmappedPageFails) {
-  Pages m(3);
+TEST(FaultGuard, WriteToAReadOnlyPageFails) {
+  SKIP_UNDER_TSAN();
+  Pages m(2);
   m.protect(1, PROT_READ);
-  ASSERT_EQ(::munmap(m.at(2), m.page), 0);
   const uint8_t in[16] = {1, 2, 3};
   EXPECT_FALSE(copy(m.at(1) + 100, in, sizeof in, m.at(1) + 100));
-  EXPECT_FALSE(copy(m.at(2), in, sizeof in, m.at(2)));
   EXPECT_EQ(m.at(1)[100], uint8_t((m.page + 100) * 7 + 1));  // unchanged
   EXPECT_TRUE(copy(m.at(0), in, sizeof in, m.at(0)));
   EXPECT_EQ(std::memcmp(m.at(0), in, sizeof in), 0);
 }
 
+// A file mapping past the file's end: SIGBUS, not SIGSEGV (a registered
+// file that was truncated).  (An unmapped page is not tested: its address
+// may be mapped again by the time of the copy, by another thread.)
+TEST(FaultGuard, ReadPastTheEndOfAFileMappingFails) {
+  SKIP_UNDER_TSAN();
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const int fd = ::memfd_create("fault_guard_test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t(page)), 0);
+  void* p = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* b = static_cast<uint8_t*>(p);
+  uint8_t out[8];
+  const uint64_t before = recovered();
+  EXPECT_TRUE(copy(out, b + page - 8, 8, b + page - 8));
+  EXPECT_FALSE(copy(out, b + page, 8, b + page));
+  EXPECT_FALSE(readable(b + page - 4, 8));
+  EXPECT_EQ(recovered(), before + 2);
+  ::munmap(p, 2 * page);
+}
+
 TEST(FaultGuard, ACopyInsideRunRecoversItselfAndLeavesRunArmed) {
+  SKIP_UNDER_TSAN();
   Pages m(2);
   m.protect(1, PROT_NONE);
   uint8_t out[8];
