@@ -160,10 +160,12 @@ class PacketIo {
   // The longest a thread should sleep in wait_fd() without looking again
   // (negative: as long as it likes).  ShmIo caps it: see shm_io.hpp.
   virtual int max_sleep_ms() const noexcept { return -1; }
-  // The engine's clock: a time it refreshes before each call into this I/O
-  // (under the engine's lock, as those calls are).  An I/O that times
-  // things reads it instead of the system clock, whose read costs 20-30 ns
-  // here, several times per packet.  Null: read the system clock.
+  // The engine's clock: the time of its last receive batch or poll, read
+  // under the engine's lock, as every call into this I/O is.  It can be
+  // late by the time since then (long after an idle spell), so only coarse
+  // timing reads it (ShmIo's socket schedule and peer rechecks), instead of
+  // the system clock, whose read costs 20-30 ns here.  Null: the system
+  // clock.
   virtual void use_clock(const std::chrono::steady_clock::time_point* now) noexcept { (void)now; }
 
   // Largest UDP payload this I/O can carry.

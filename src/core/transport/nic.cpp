@@ -229,7 +229,7 @@ Status Nic::open_io(const IoFactory* factory) {
   local_ = io_->local();
   tx_.set_gso_max(io_->gso_max_segments());
   tx_.set_defer_icrc(io_->defers_icrc());
-  io_->use_clock(&now_);  // (refreshed before every call into the I/O)
+  io_->use_clock(&now_);  // (as of the last receive batch or poll)
   if (net::stats_enabled()) {
     std::vector<std::string_view> names;
     counters_.for_each([&](const char* n, uint64_t) { names.emplace_back(n); });
