@@ -228,8 +228,11 @@ class Nic {
   // application's signals blocked around its whole wait (quiet_signal_mask)
   // and this is the mask it blocked them from; the sleep unblocks it, so a
   // signal that came while the thread was busy between sleeps interrupts
-  // the next one rather than run its handler unnoticed.
-  bool wait_on(int fd, int timeout_ms, const sigset_t* held = nullptr) noexcept;
+  // the next one rather than run its handler unnoticed.  `queued`: a count
+  // the caller keeps of what makes `fd` readable, read between looks
+  // instead of polling the fd (the sleep still polls it).
+  bool wait_on(int fd, int timeout_ms, const sigset_t* held = nullptr,
+               const std::atomic<uint32_t>* queued = nullptr) noexcept;
 
   void start_progress_thread();
   // An application thread took completions from a CQ (under the lock): if it
@@ -363,7 +366,8 @@ class Nic {
   std::atomic<bool> spinner_{false};            // the application spins on memory between polls
   std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
   bool arm_socket() noexcept;                   // arms it unless it is (true: it did)
-  bool wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept;  // wait_on's spin
+  bool wait_spin(int fd, const std::atomic<uint32_t>* queued, int64_t start, int64_t deadline,
+                 int64_t& now) noexcept;      // wait_on's spin
   std::atomic<uint64_t> handed_activity_{0};  // app_activity_ when a poll last handed over the socket
   std::atomic<bool> wait_spinning_{false};    // an application waiter keeps receiving (wait_on)
   // (The spinning waiter's, see wait_spin.)  Spins on the NIC's traffic that

@@ -122,7 +122,8 @@ size_t Nic::drive() noexcept {
 // the NIC's traffic (loaded: 24 and 5 us).  A waiter that sent requests
 // itself (its looks drive a stream whose window ACKs open) keeps receiving
 // until kWaitSpinAckNs after it last did.
-bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexcept {
+bool Nic::wait_spin(int fd, const std::atomic<uint32_t>* queued, int64_t start, int64_t deadline,
+                    int64_t& now) noexcept {
   const bool borrow = wait_spin_skip_ == 0;  // may spin on the NIC's traffic
   if (!borrow) --wait_spin_skip_;
   int64_t own_rx = 0;   // when this waiter last took packets
@@ -149,7 +150,7 @@ bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexc
     const bool acks_due = own_req > 0 && now - own_req <= kWaitSpinAckNs;
     if ((now - last > kWaitSpinNs && !acks_due) || now - start > kWaitSpinMaxNs || now >= deadline) break;
     pollfd self{fd, POLLIN, 0};
-    if (::poll(&self, 1, 0) > 0) {
+    if (queued ? queued->load(std::memory_order_acquire) > 0 : ::poll(&self, 1, 0) > 0) {
       ready = true;
       break;
     }
@@ -165,7 +166,7 @@ bool Nic::wait_spin(int fd, int64_t start, int64_t deadline, int64_t& now) noexc
   return ready;
 }
 
-bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
+bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held, const std::atomic<uint32_t>* queued) noexcept {
   app_waiting_.fetch_add(1, std::memory_order_acq_rel);
   // While packets keep coming (a message of many packets, the ACKs of a
   // window of them), keep taking them rather than sleep: asleep, the thread
@@ -189,7 +190,7 @@ bool Nic::wait_on(int fd, int timeout_ms, const sigset_t* held) noexcept {
     pthread_sigmask(SIG_BLOCK, &quiet, &app_mask);
   }
   if (spin) {
-    fd_ready = wait_spin(fd, start, deadline, now);
+    fd_ready = wait_spin(fd, queued, start, deadline, now);
     wait_spinning_.store(false, std::memory_order_release);
   } else {  // one look, then sleep
     {

@@ -24,6 +24,7 @@ CompChannel::~CompChannel() { ctx_->users()--; }
 void CompChannel::post(Cq& cq) noexcept {
   std::lock_guard g(mu_);
   events_.push_back(&cq);
+  queued_.store(uint32_t(events_.size()), std::memory_order_release);
   count_.add();
 }
 
@@ -35,6 +36,7 @@ void CompChannel::forget(Cq& cq) noexcept {
       continue;
     }
     it = events_.erase(it);
+    queued_.store(uint32_t(events_.size()), std::memory_order_release);
     count_.take();
   }
 }
@@ -44,6 +46,7 @@ bool CompChannel::try_take(Cq*& out) noexcept {
   if (events_.empty()) return false;
   out = events_.front();
   events_.pop_front();
+  queued_.store(uint32_t(events_.size()), std::memory_order_release);
   count_.take();
   // Counted before the lock goes: a destroy that forgets the CQ's events
   // then waits for this one's ack rather than freeing the CQ under us.
@@ -79,14 +82,14 @@ Result<Cq*> CompChannel::get_event(int timeout_ms) {
       if (left.count() <= 0 && timeout_ms > 0) return err::from_errno(ETIMEDOUT, "no completion event");
       wait = int(std::max<int64_t>(0, left.count()));
       if (timeout_ms == 0) {
-        ctx_->nic().wait_on(count_.fd(), 0, &app);
+        ctx_->nic().wait_on(count_.fd(), 0, &app, &queued_);
         if (try_take(cq)) return cq;
         return err::from_errno(ETIMEDOUT, "no completion event");
       }
     }
     // Sleep in the NIC's socket and our eventfd: a packet that completes
     // the work is processed by this very thread.
-    if (!ctx_->nic().wait_on(count_.fd(), wait, &app) && !restart_after_signal())
+    if (!ctx_->nic().wait_on(count_.fd(), wait, &app, &queued_) && !restart_after_signal())
       return err::from_errno(EINTR, "interrupted by a signal");
   }
 }

@@ -48,6 +48,7 @@ class CompChannel {
   EventCount count_;  // read and written only under mu_
   std::mutex mu_;
   std::deque<Cq*> events_;
+  std::atomic<uint32_t> queued_{0};  // events_.size(), for a waiter's looks (Nic::wait_on)
   std::atomic<int> users_{0};
 };
 
