@@ -110,7 +110,9 @@ std::vector<Counter> Context::counters() const {
 Result<uint64_t> Context::counter(std::string_view name) const {
   for (const Counter& c : counters())
     if (c.name == name) return c.value;
-  return err::noent("'" + std::string(name) + "' is not a NIC counter");
+  std::string msg = "'";  // (not "'" + std::string: GCC 12's false -Wrestrict)
+  msg += name;
+  return err::noent(msg + "' is not a NIC counter");
 }
 
 std::optional<FaultConfig> Context::faults() const { return impl_->ctx->nic().faults(); }

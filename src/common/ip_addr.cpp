@@ -54,8 +54,13 @@ std::optional<Endpoint> Endpoint::from_sockaddr(const sockaddr* sa, socklen_t le
 }
 
 std::string Endpoint::to_string() const {
-  return addr.is_v4() ? addr.to_string() + ":" + std::to_string(port)
-                      : "[" + addr.to_string() + "]:" + std::to_string(port);
+  // (Appended piece by piece: GCC 12 warns of a false overlap (-Wrestrict)
+  // in "[" + std::string&&.)
+  std::string s = addr.is_v4() ? "" : "[";
+  s += addr.to_string();
+  s += addr.is_v4() ? ":" : "]:";
+  s += std::to_string(port);
+  return s;
 }
 
 }  // namespace uroce

@@ -210,7 +210,10 @@ std::string to_string(const FaultConfig& cfg) {
   if (cfg.ops != fault_ops::kAll) {
     std::string ops;
     for (const OpName& o : kOpNames)
-      if (o.bits != fault_ops::kAll && (cfg.ops & o.bits)) ops += (ops.empty() ? "" : "+") + std::string(o.name);
+      if (o.bits != fault_ops::kAll && (cfg.ops & o.bits)) {
+        if (!ops.empty()) ops += '+';
+        ops += o.name;
+      }
     s += ",ops=" + (ops.empty() ? std::string("none") : ops);
   }
   return s;

@@ -303,7 +303,11 @@ Result<Endpoint> parse_endpoint(std::string_view text, uint16_t default_port) {
   std::string port_text;
   if (!host.empty() && host[0] == '[') {
     const auto close = host.find(']');
-    if (close == std::string::npos) return err::inval("'" + std::string(text) + "': missing ]");
+    if (close == std::string::npos) {
+      std::string msg = "'";  // (not "'" + std::string: GCC 12's false -Wrestrict)
+      msg += text;
+      return err::inval(msg + "': missing ]");
+    }
     if (close + 1 < host.size() && host[close + 1] == ':') port_text = host.substr(close + 2);
     host = host.substr(1, close - 1);
   } else if (std::count(host.begin(), host.end(), ':') == 1) {
