@@ -5,7 +5,9 @@ rc_rdma_write_bw, rc_rdma_read_bw), each server and client on loopback, run
 pinned (server on one CPU, client on the other, as bench/run pins its own
 tools) and unpinned (as users run them), with qperf's tcp_lat and tcp_bw
 as the kernel's figures from the same tool.  Figures are normalised: round
-trips in us, bandwidth in bytes/s.
+trips in us, bandwidth in bytes/s.  Each tool, like each uroce perf figure
+set against it, runs --repeats times (3) and the run with the median figure
+is kept, all of them in its "repeats".
 """
 
 import os
@@ -92,6 +94,14 @@ class Tools:
         raise RuntimeError(f"qperf {test}: no figure in its output: {out[-500:]}")
 
 
+def figure_of(r):
+    """What a tool's row reports: bandwidth, or the round trip it shows."""
+    for k in ("bytes_per_s", "rtt_typical_us", "rtt_us"):
+        if k in r:
+            return r[k]
+    return 0.0
+
+
 def measure(suite, run, background, free_port, quick):
     """Every row, pinned and unpinned; with uroce perf's own figure unpinned
     (bench/run measures it pinned)."""
@@ -100,11 +110,25 @@ def measure(suite, run, background, free_port, quick):
     secs = 1 if quick else 2
     res = {"perftest_lat": [], "perftest_bw": [], "qperf": [], "uroce_unpinned": {}}
 
-    def attempt(fn, *a, **kw):  # a tool that fails is a row with its error, not the end of the run
+    def once(fn, *a, **kw):  # a tool that fails is a row with its error, not the end of the run
         try:
             return fn(*a, **kw)
         except RuntimeError as e:
             return {"error": str(e)[-300:], "call": f"{fn.__name__}{a}"}
+
+    def attempt(fn, *a, **kw):
+        """The run with the median figure of `suite.repeats`, as bench/run keeps
+        for uroce perf: one run of a tool moved by 10-20% from the next on the
+        2-vCPU VM, either way, and a row is a ratio of two such figures."""
+        runs = [once(fn, *a, **kw) for _ in range(max(1, suite.repeats))]
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            return runs[0]
+        key = figure_of
+        ok.sort(key=key)
+        best = dict(ok[len(ok) // 2])
+        best["repeats"] = [key(r) for r in ok]
+        return best
 
     for pinned in (True, False):
         for prog in PERFTEST_LAT:
@@ -120,25 +144,25 @@ def measure(suite, run, background, free_port, quick):
         res["qperf"].append(attempt(t.qperf, "tcp_lat", 8, secs, pinned))
     dur = "0.2" if quick else "0.6"
     un = res["uroce_unpinned"]
-    un["lat"] = suite.perf("--op", "send,write,read", "--test", "lat", "--size", "8", "--duration", dur, cpus="none")
-    un["lat_passive"] = suite.perf("--op", "write,read", "--test", "lat", "--size", "8", "--duration", dur,
-                                   "--server", "sleep", cpus="none")
-    un["send8_notify"] = suite.perf("--op", "send", "--test", "lat", "--size", "8", "--duration", dur, "--wait",
-                                    "notify", cpus="none")
-    un["bw"] = suite.perf("--op", "send", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window", "64",
+    m = suite.perf_median
+    un["lat"] = m("--op", "send,write,read", "--test", "lat", "--size", "8", "--duration", dur, cpus="none")
+    un["lat_passive"] = m("--op", "write,read", "--test", "lat", "--size", "8", "--duration", dur, "--server", "sleep",
                           cpus="none")
-    un["bw_passive"] = suite.perf("--op", "write,read", "--test", "bw", "--size", "64K,1M", "--duration", dur,
-                                  "--window", "64", "--server", "sleep", cpus="none")
+    un["send8_notify"] = m("--op", "send", "--test", "lat", "--size", "8", "--duration", dur, "--wait", "notify",
+                           cpus="none")
+    un["bw"] = m("--op", "send", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window", "64", cpus="none")
+    un["bw_passive"] = m("--op", "write,read", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window", "64",
+                         "--server", "sleep", cpus="none")
     # qperf's RC tests set a path MTU of 2048 unless told otherwise (-mt):
     # twice the packets of uroce perf's 4096 for the same message.  Its rows
     # are set against uroce perf at that MTU too.
     res["uroce_mtu2048"] = {}
     for pin, cpus in (("pinned", None), ("unpinned", "none")):
         res["uroce_mtu2048"][pin] = {
-            "bw": suite.perf("--op", "send", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window", "64",
-                             "--mtu", "2048", cpus=cpus),
-            "bw_passive": suite.perf("--op", "write,read", "--test", "bw", "--size", "64K,1M", "--duration", dur,
-                                     "--window", "64", "--server", "sleep", "--mtu", "2048", cpus=cpus)}
+            "bw": m("--op", "send", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window", "64", "--mtu",
+                    "2048", cpus=cpus),
+            "bw_passive": m("--op", "write,read", "--test", "bw", "--size", "64K,1M", "--duration", dur, "--window",
+                            "64", "--server", "sleep", "--mtu", "2048", cpus=cpus)}
     return res
 
 
