@@ -11,22 +11,10 @@
 #include <cstring>
 #include <vector>
 
+#include "support/fault_skip.hpp"
+
 namespace uroce::fault_guard {
 namespace {
-
-// ThreadSanitizer's signal interception does not hand a fault in its
-// memcpy to the guard's handler (as in tests/transport's VanishedMemory):
-// the plain and ASan builds check recovery.
-#if defined(__SANITIZE_THREAD__)
-#define SKIP_UNDER_TSAN() GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer"
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SKIP_UNDER_TSAN() GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer"
-#endif
-#endif
-#ifndef SKIP_UNDER_TSAN
-#define SKIP_UNDER_TSAN() (void)0
-#endif
 
 struct Pages {
   size_t page = size_t(::sysconf(_SC_PAGESIZE));
@@ -57,7 +45,7 @@ TEST(FaultGuard, CopiesExactBytesOfEverySize) {
 }
 
 TEST(FaultGuard, ReadFromAnUnreadablePageFails) {
-  SKIP_UNDER_TSAN();
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   Pages m(2);
   m.protect(1, PROT_NONE);
   uint8_t out[64];
@@ -73,7 +61,7 @@ TEST(FaultGuard, ReadFromAnUnreadablePageFails) {
 }
 
 TEST(FaultGuard, WriteToAReadOnlyPageFails) {
-  SKIP_UNDER_TSAN();
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   Pages m(2);
   m.protect(1, PROT_READ);
   const uint8_t in[16] = {1, 2, 3};
@@ -87,7 +75,7 @@ TEST(FaultGuard, WriteToAReadOnlyPageFails) {
 // file that was truncated).  (An unmapped page is not tested: its address
 // may be mapped again by the time of the copy, by another thread.)
 TEST(FaultGuard, ReadPastTheEndOfAFileMappingFails) {
-  SKIP_UNDER_TSAN();
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
   const int fd = ::memfd_create("fault_guard_test", MFD_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -106,7 +94,7 @@ TEST(FaultGuard, ReadPastTheEndOfAFileMappingFails) {
 }
 
 TEST(FaultGuard, ACopyInsideRunRecoversItselfAndLeavesRunArmed) {
-  SKIP_UNDER_TSAN();
+  SKIP_WHERE_FAULTS_ARE_NOT_GUARDED();
   Pages m(2);
   m.protect(1, PROT_NONE);
   uint8_t out[8];

@@ -9,18 +9,9 @@
 #include <optional>
 
 #include "loopback.hpp"
+#include "support/fault_skip.hpp"
 
 namespace uroce::test::copy {
-
-// Tests where memory faults under uroce's fault guard (the packets a
-// refused copy falls back to, the probe of our own byte): TSan's signal
-// interception does not hand such a fault to the guard (see
-// rc_vanished_memory_test.cpp), so the plain and ASan builds check them.
-#if defined(__SANITIZE_THREAD__)
-#define SKIP_WHERE_FAULTS_ARE_NOT_GUARDED() GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer"
-#else
-#define SKIP_WHERE_FAULTS_ARE_NOT_GUARDED() (void)0
-#endif
 
 inline constexpr size_t kBuf = (8u << 20) + 4096;
 inline constexpr uint8_t kPoison = 0xa5;

@@ -16,6 +16,7 @@
 
 #include "common/fault_guard.hpp"
 #include "loopback.hpp"
+#include "support/fault_skip.hpp"
 #include "verbs/unmap_watch.hpp"
 
 namespace uroce::test {
@@ -94,14 +95,7 @@ std::unique_ptr<Doomed> replaced(Pd& pd, uint32_t acc, uint8_t fill) {
 
 class VanishedMemory : public ::testing::TestWithParam<Gone> {
  protected:
-  void SetUp() override {
-#if defined(__SANITIZE_THREAD__)
-    // TSan's signal interception does not hand a fault in its memcpy to the
-    // guard's handler (the copy faults again and again): the guard is
-    // checked by the plain and ASan builds.
-    GTEST_SKIP() << "fault recovery is not available under ThreadSanitizer";
-#endif
-  }
+  void SetUp() override { SKIP_WHERE_FAULTS_ARE_NOT_GUARDED(); }
 };
 
 TEST_P(VanishedMemory, PeerWriteAndAtomicAreAccessErrors) {
