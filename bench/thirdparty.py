@@ -120,15 +120,7 @@ def measure(suite, run, background, free_port, quick):
         """The run with the median figure of `suite.repeats`, as bench/run keeps
         for uroce perf: one run of a tool moved by 10-20% from the next on the
         2-vCPU VM, either way, and a row is a ratio of two such figures."""
-        runs = [once(fn, *a, **kw) for _ in range(max(1, suite.repeats))]
-        ok = [r for r in runs if "error" not in r]
-        if not ok:
-            return runs[0]
-        key = figure_of
-        ok.sort(key=key)
-        best = dict(ok[len(ok) // 2])
-        best["repeats"] = [key(r) for r in ok]
-        return best
+        return suite.median_of(lambda: once(fn, *a, **kw), figure_of)
 
     for pinned in (True, False):
         for prog in PERFTEST_LAT:
