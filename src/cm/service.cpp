@@ -25,7 +25,7 @@ Service::~Service() {
   cm_.set_waker(nullptr);
   stop_.store(true, std::memory_order_release);
   wake();
-  if (thread_.joinable()) thread_.join();
+  join_quiet_thread(thread_);
   if (efd_ >= 0) ::close(efd_);
 }
 

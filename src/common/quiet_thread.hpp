@@ -55,4 +55,18 @@ std::thread start_quiet_thread(const char* name, F&& f) {
   return t;
 }
 
+// Ends the wait for a thread of ours that was told to stop: joins it, unless
+// the caller is that thread.  That happens when the process exits from it:
+// a handler of a fault signal (which our threads do not block) that calls
+// exit() runs the atexit handlers and static destructors there, and a
+// thread cannot join itself (std::system_error, then std::terminate).  It is
+// detached then; exit() never returns to its loop.
+inline void join_quiet_thread(std::thread& t) {
+  if (!t.joinable()) return;
+  if (t.get_id() == std::this_thread::get_id())
+    t.detach();
+  else
+    t.join();
+}
+
 }  // namespace uroce

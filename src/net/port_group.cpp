@@ -448,7 +448,7 @@ PortGroup::~PortGroup() {
     std::erase(groups(), this);
   }
   if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // ends accept()
-  if (server_.joinable()) server_.join();
+  join_quiet_thread(server_);
   if (file_) {
     // Our position is free once we hold none of the sockets: a newcomer
     // that finds no live member founds the group anew on a free port.

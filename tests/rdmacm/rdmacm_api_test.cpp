@@ -5,12 +5,14 @@
 // Includes only <rdma/rdma_cma.h>; links only our libraries.  The device is
 // UROCE_ADDR (set by ctest).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <thread>
@@ -242,6 +245,46 @@ TEST(RdmacmApi, MigratingASynchronousIdAcknowledgesTheEventItHolds) {
   EXPECT_EQ(rdma_destroy_id(child), 0);
   rdma_destroy_event_channel(ch);
   rdma_destroy_ep(listen);
+}
+
+// The thread of this process named `name` (/proc/self/task/*/comm), or 0.
+pid_t thread_named(const std::string& name) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  pid_t found = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string comm;
+    std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm") >> comm;
+    if (comm == name) found = pid_t(std::atoi(e->d_name));
+  }
+  closedir(d);
+  return found;
+}
+
+// Our threads leave the fault signals unblocked, so an application's fault
+// handler may run on one.  Some call exit() there (libinfinipath's, loaded
+// by libfabric's psm provider, does): the atexit handlers then run on the
+// CM thread, including ours that stops that very thread.  The process must
+// end with the handler's status, not abort on a thread joining itself.
+TEST(RdmacmApiDeathTest, AFaultHandlerThatExitsOnTheCmThreadEndsTheProcessWithItsStatus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        rdma_event_channel* ch = rdma_create_event_channel();  // starts the CM thread
+        if (!ch) _exit(90);
+        struct sigaction sa {};
+        sa.sa_handler = [](int) { std::exit(7); };
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, nullptr);
+        pid_t cm = 0;
+        for (int i = 0; i < 5000 && !cm; ++i, usleep(1000)) cm = thread_named("uroce-cm");
+        if (!cm) _exit(91);
+        syscall(SYS_tgkill, getpid(), cm, SIGSEGV);
+        sleep(10);
+        _exit(92);
+      },
+      ::testing::ExitedWithCode(7), "");
 }
 
 }  // namespace

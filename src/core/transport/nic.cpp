@@ -11,6 +11,7 @@
 
 #include "common/log.hpp"
 #include "common/own_mappings.hpp"
+#include "common/quiet_thread.hpp"
 #include "net/fault_io.hpp"
 #include "net/pcap_io.hpp"
 #include "net/peer_process.hpp"
@@ -252,7 +253,7 @@ Nic::~Nic() {
   if (thread_.joinable()) {
     stop_.store(true);
     kick();
-    thread_.join();
+    join_quiet_thread(thread_);
   }
   log_counters("closed");
   stats_.reset();  // unlinks the stats file
