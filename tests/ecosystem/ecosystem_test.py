@@ -10,9 +10,10 @@ checks what they report.
 Cases:
   ucx-info                 ucx_info -d lists uroce0 with rc_verbs and
                            ud_verbs, rc_verbs with 64-bit device atomics
-  ucx-perf TEST TL         ucx_perftest UCP TEST (tag_lat, tag_bw, ucp_put_bw,
+  ucx-perf TEST TL [sleep] ucx_perftest UCP TEST (tag_lat, tag_bw, ucp_put_bw,
                            ucp_get) between two processes over UCX_TLS=TL
-                           (rc_v, ud_v), 1 MiB messages for the bw tests
+                           (rc_v, ud_v), 1 MiB messages for the bw tests;
+                           sleep: both wait for events (-E sleep)
   ucx-uct TEST             ucx_perftest UCT TEST on rc_verbs (fadd, cswap)
   ucx-client-server        UCX's ucp_client_server example (built from
                            libucx-dev's copy) over rdma_cm: the message
@@ -168,14 +169,17 @@ def ucx_pair(r, server_args, client_args, env, timeout):
 
 def ucx_perf(r, a):
     need("ucx_perftest")
-    test, tl = a.args
+    test, tl, *mode = a.args
     env = {"UCX_TLS": tl + ",self", "UCX_NET_DEVICES": "uroce0:1"}
     size = ["-s", str(1 << 20)] if test in ("tag_bw", "ucp_put_bw", "ucp_get") else []
     iters = "200" if size else "2000"
-    m = ucx_pair(r, [], ["-t", test, *size, "-n", iters], env, 120)
+    # sleep: both sides wait in ucp_worker_wait (poll() on the channels' fds
+    # after arming the CQs), not busy polling.
+    wait = ["-E", "sleep"] if mode == ["sleep"] else []
+    m = ucx_pair(r, wait, ["-t", test, *size, "-n", iters, *wait], env, 120)
     if int(m.group(1)) != int(iters):
         raise Fail(f"{m.group(1)} iterations, {iters} asked")
-    print(f"ucx_perftest {test} over {tl}: {m.group(0)}")
+    print(f"ucx_perftest {test} over {tl}{' -E sleep' if wait else ''}: {m.group(0)}")
 
 
 def ucx_uct(r, a):

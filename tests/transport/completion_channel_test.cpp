@@ -123,6 +123,103 @@ TEST(CompletionChannel, SolicitedOnlyWakesOnSolicited) {
   p.b.rcq->ack_events(1);
 }
 
+// Waits (up to 2 s, the progress thread receiving) until `cq` holds `n`
+// completions not yet polled; false if it never does.
+bool holds(Cq& cq, uint32_t n) {
+  for (auto until = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < until;) {
+    {
+      std::lock_guard g(cq.nic().mu());
+      if (cq.size_locked() == n) return true;
+    }
+    std::this_thread::sleep_for(100us);
+  }
+  return false;
+}
+
+// Arming a CQ that still holds a completion of the kind armed for, which
+// came while it was not armed, raises the event at once: UCX's
+// ucp_worker_wait arms after its last poll and sleeps on the channel's fd
+// without polling again (it hung before).  A completion of the other kind
+// does not count.
+TEST(CompletionChannel, ArmingACqThatHoldsACompletionRaisesItsEventAtOnce) {
+  Pair p(with_channel());
+  CompChannel& ch = *p.b.ch;
+  Cq& cq = *p.b.rcq;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(post_recv(*p.b.qp, i, {p.b.sge(0, 4096)}).ok());
+  send(p, 1, 100, false);  // arrives while nothing is armed
+  ASSERT_TRUE(holds(cq, 1));
+  EXPECT_FALSE(readable(ch.fd(), 20));
+  // Solicited-only: the queued completion is not solicited.
+  ASSERT_TRUE(cq.req_notify(true).ok());
+  EXPECT_FALSE(readable(ch.fd(), 20));
+  // Any completion: it is there, so the event is raised by the arming itself.
+  ASSERT_TRUE(cq.req_notify(false).ok());
+  ASSERT_TRUE(readable(ch.fd(), 0));
+  auto ev = ch.get_event();
+  ASSERT_TRUE(ev.ok()) << ev.status().to_string();
+  EXPECT_EQ(*ev, &cq);
+  cq.ack_events(1);
+  EXPECT_FALSE(readable(ch.fd())) << "one event per arming";
+  ASSERT_EQ(poll_n(cq, 1).size(), 1u);
+  // Empty again: arming waits for the next completion, as before.
+  ASSERT_TRUE(cq.req_notify(false).ok());
+  EXPECT_FALSE(readable(ch.fd(), 20));
+  send(p, 2, 100, false);
+  ASSERT_TRUE(readable(ch.fd(), 2000));
+  ASSERT_TRUE(ch.get_event().ok());
+  cq.ack_events(1);
+  ASSERT_EQ(poll_n(cq, 1).size(), 1u);
+  // A solicited completion queued before a solicited-only arming.
+  send(p, 3, 100, true);
+  ASSERT_TRUE(holds(cq, 1));
+  EXPECT_FALSE(readable(ch.fd(), 20));
+  ASSERT_TRUE(cq.req_notify(true).ok());
+  ASSERT_TRUE(readable(ch.fd(), 0));
+  ASSERT_TRUE(ch.get_event().ok());
+  cq.ack_events(1);
+  // Polled, it no longer counts: the next solicited arming waits.
+  auto wc = poll_n(cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  ASSERT_TRUE(cq.req_notify(true).ok());
+  EXPECT_FALSE(readable(ch.fd(), 20));
+}
+
+// perftest -e takes an event, arms the CQ again and only then polls the
+// completion the event announced, one event per completion: that
+// completion raises no second event.  One that came after it does.
+TEST(CompletionChannel, ACompletionAnEventAnnouncedRaisesNoSecondEvent) {
+  Pair p(with_channel());
+  CompChannel& ch = *p.b.ch;
+  Cq& cq = *p.b.rcq;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(post_recv(*p.b.qp, i, {p.b.sge(0, 4096)}).ok());
+  ASSERT_TRUE(cq.req_notify(false).ok());
+  send(p, 1, 100, false);
+  ASSERT_TRUE(readable(ch.fd(), 2000));
+  ASSERT_TRUE(ch.get_event().ok());
+  cq.ack_events(1);
+  ASSERT_TRUE(holds(cq, 1));
+  ASSERT_TRUE(cq.req_notify(false).ok());
+  EXPECT_FALSE(readable(ch.fd(), 20)) << "the queued completion had its event";
+  ASSERT_EQ(poll_n(cq, 1).size(), 1u);
+  // Announced, then another comes before the arming: that one raises it.
+  send(p, 2, 100, false);
+  ASSERT_TRUE(readable(ch.fd(), 2000));
+  ASSERT_TRUE(ch.get_event().ok());
+  cq.ack_events(1);
+  send(p, 3, 100, false);
+  ASSERT_TRUE(holds(cq, 2));
+  EXPECT_FALSE(readable(ch.fd(), 0));
+  ASSERT_TRUE(cq.req_notify(false).ok());
+  ASSERT_TRUE(readable(ch.fd(), 0));
+  ASSERT_TRUE(ch.get_event().ok());
+  cq.ack_events(1);
+  auto wc = poll_n(cq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+}
+
 // A thread blocked in get_event() sleeps: it burns no CPU while waiting,
 // nor does the rest of the process (progress threads included).
 // The waiting tests run over the UDP socket and over shared-memory rings,

@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <algorithm>
+
 #include "transport/nic.hpp"
 #include "verbs/comp_channel.hpp"
 #include "verbs/context.hpp"
@@ -86,6 +88,18 @@ Status Cq::req_notify(bool solicited_only) {
     arm_ = Arm::next;
   else if (arm_ == Arm::none)
     arm_ = Arm::solicited;
+  // A completion that came while the CQ was not armed, and is still queued,
+  // raises the event at once: arming after the last poll and then sleeping
+  // on the channel must not miss it (UCX's ucp_worker_wait does that; the
+  // kernel's CQ polling counts on mlx5 hardware for it).  The completions
+  // an event was raised for do not count: perftest -e arms before it polls
+  // the one its event announced, and waits for one event per completion.
+  const uint64_t seen = std::max(last_event_at_, produced_ - count_);
+  if (arm_ == Arm::next ? produced_ > seen : last_solicited_at_ > seen) {
+    arm_ = Arm::none;
+    last_event_at_ = produced_;
+    channel_->post(*this);
+  }
   return {};
 }
 
@@ -103,8 +117,11 @@ bool Cq::complete(const Wc& wc, bool solicited) noexcept {
   if (stamps_.any()) [[unlikely]]
     stamp_ring_[tail] = {stamps_.device ? device_clock_ns() : 0, stamps_.wallclock ? wall_clock_ns() : 0};
   ++count_;
+  ++produced_;
+  if (solicited) last_solicited_at_ = produced_;
   if (arm_ == Arm::next || (arm_ == Arm::solicited && solicited)) {
     arm_ = Arm::none;
+    last_event_at_ = produced_;
     if (channel_) channel_->post(*this);
   }
   return true;

@@ -62,7 +62,8 @@ class Cq final : public transport::CompletionSink {
   // (as many as out; zero on a CQ without timestamps).
   Result<int> poll(std::span<Wc> out, std::span<CompletionStamp> stamps = {});
   // Arms the CQ: the next completion (or, solicited_only, the next solicited
-  // or unsuccessful one) produces one event on the completion channel.
+  // or unsuccessful one) produces one event on the completion channel; at
+  // once if one is queued already that came after the last event.
   Status req_notify(bool solicited_only);
   // Completion-channel bookkeeping (ibv_get_cq_event / ibv_ack_cq_events).
   void event_delivered();
@@ -110,6 +111,10 @@ class Cq final : public transport::CompletionSink {
   CqStamps stamps_;
   std::vector<CompletionStamp> stamp_ring_;  // beside ring_, when stamps_.any()
   uint32_t head_ = 0, count_ = 0;
+  // Completions ever queued; the last of them an event was raised for; the
+  // last solicited (or unsuccessful) one.  The count_ queued are taken as
+  // the newest (a discard_qp_locked() of older ones keeps that true).
+  uint64_t produced_ = 0, last_event_at_ = 0, last_solicited_at_ = 0;
   enum class Arm : uint8_t { none, next, solicited } arm_ = Arm::none;
   bool overflow_ = false;
   std::atomic<int> users_{0};
