@@ -14,9 +14,13 @@ namespace uroce::net {
 namespace {
 
 socklen_t bell_name(sockaddr_un& a, uint64_t token) noexcept {
+  // The user the process started as, read once: a ring is one sendto(), not
+  // a geteuid() as well (a bell's owner is of the same user, as ring files
+  // and the registry require).
+  static const unsigned uid = unsigned(::geteuid());
   std::memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;
-  const int n = std::snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "uroce-shm-%u-%016llx", unsigned(::geteuid()),
+  const int n = std::snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "uroce-shm-%u-%016llx", uid,
                               static_cast<unsigned long long>(token));
   return socklen_t(offsetof(sockaddr_un, sun_path) + 1 + size_t(n));
 }
