@@ -262,9 +262,10 @@ class Nic {
   // Sends `mad` from QP1 to QP1 at dst (takes the NIC lock).
   void send_gsi(const Endpoint& dst, std::span<const uint8_t> mad) noexcept;
 
-  // CPU time the progress thread has used, as of its last sleep (it only
-  // uses CPU while awake, and records getrusage before every sleep, and
-  // every millisecond while it spins for a passive server).
+  // CPU time the progress thread has used, as of its last sleep of a
+  // millisecond or more (it only uses CPU while awake; it records getrusage
+  // before such sleeps, and at most every millisecond while it wakes and
+  // sleeps often or spins for a passive server).
   struct ThreadCpu {
     uint64_t user_us = 0;
     uint64_t system_us = 0;

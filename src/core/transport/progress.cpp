@@ -436,7 +436,12 @@ void Nic::progress_thread_main() noexcept {
       timeout = {time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
       timeout_p = &timeout;
     }
-    if (skipped == 0) {
+    // getrusage() is a system call: in a ping-pong the thread sleeps a few
+    // times per round trip, so the figures are refreshed at most once a
+    // millisecond there, and always before a sleep of a millisecond or more
+    // (progress_cpu() is never further behind than that).
+    if (skipped == 0 && (looked - cpu_at >= std::chrono::milliseconds(1) || !timeout_p || timeout.tv_sec > 0 ||
+                         timeout.tv_nsec >= 1'000'000)) {
       record_thread_cpu();
       cpu_at = looked;
     }
