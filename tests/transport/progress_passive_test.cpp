@@ -127,7 +127,11 @@ TEST_P(ProgressPassive, ThreadOfAPollingApplicationDoesNotSpin) {
   }
   ASSERT_EQ(first_diff(p.a.buf.data(), p.b.buf.data(), 256), -1);
   const Counters c = p.b.counters();
-  EXPECT_EQ(c.thread_spin_rx, 0u) << c.thread_rx_packets << " packets taken by the thread";
+  // A poller that loses its CPU for a while (a loaded host: 2 of 50 runs
+  // beside two CPU-bound loops, 2026-12-02) looks passive meanwhile, and
+  // the thread may spin for a packet or two; a thread that spins for a
+  // polling application would take packets all through the 100 READs.
+  EXPECT_LE(c.thread_spin_rx, 2u) << c.thread_rx_packets << " packets taken by the thread";
 }
 
 INSTANTIATE_TEST_SUITE_P(, ProgressPassive, ::testing::Values(PacketPath::udp, PacketPath::shm), PacketPathName);
