@@ -136,6 +136,15 @@ bool holds(Cq& cq, uint32_t n) {
   return false;
 }
 
+// Takes the one event queued on `ch`, which must name `cq`, and
+// acknowledges it.
+void take_event(CompChannel& ch, Cq& cq) {
+  auto ev = ch.get_event(2000);
+  ASSERT_TRUE(ev.ok()) << ev.status().to_string();
+  EXPECT_EQ(*ev, &cq);
+  cq.ack_events(1);
+}
+
 // Arming a CQ that still holds a completion of the kind armed for, which
 // came while it was not armed, raises the event at once: UCX's
 // ucp_worker_wait arms after its last poll and sleeps on the channel's fd
@@ -155,10 +164,7 @@ TEST(CompletionChannel, ArmingACqThatHoldsACompletionRaisesItsEventAtOnce) {
   // Any completion: it is there, so the event is raised by the arming itself.
   ASSERT_TRUE(cq.req_notify(false).ok());
   ASSERT_TRUE(readable(ch.fd(), 0));
-  auto ev = ch.get_event();
-  ASSERT_TRUE(ev.ok()) << ev.status().to_string();
-  EXPECT_EQ(*ev, &cq);
-  cq.ack_events(1);
+  ASSERT_NO_FATAL_FAILURE(take_event(ch, cq));
   EXPECT_FALSE(readable(ch.fd())) << "one event per arming";
   ASSERT_EQ(poll_n(cq, 1).size(), 1u);
   // Empty again: arming waits for the next completion, as before.
@@ -166,8 +172,7 @@ TEST(CompletionChannel, ArmingACqThatHoldsACompletionRaisesItsEventAtOnce) {
   EXPECT_FALSE(readable(ch.fd(), 20));
   send(p, 2, 100, false);
   ASSERT_TRUE(readable(ch.fd(), 2000));
-  ASSERT_TRUE(ch.get_event().ok());
-  cq.ack_events(1);
+  ASSERT_NO_FATAL_FAILURE(take_event(ch, cq));
   ASSERT_EQ(poll_n(cq, 1).size(), 1u);
   // A solicited completion queued before a solicited-only arming.
   send(p, 3, 100, true);
@@ -175,8 +180,7 @@ TEST(CompletionChannel, ArmingACqThatHoldsACompletionRaisesItsEventAtOnce) {
   EXPECT_FALSE(readable(ch.fd(), 20));
   ASSERT_TRUE(cq.req_notify(true).ok());
   ASSERT_TRUE(readable(ch.fd(), 0));
-  ASSERT_TRUE(ch.get_event().ok());
-  cq.ack_events(1);
+  ASSERT_NO_FATAL_FAILURE(take_event(ch, cq));
   // Polled, it no longer counts: the next solicited arming waits.
   auto wc = poll_n(cq, 1);
   ASSERT_EQ(wc.size(), 1u);
@@ -196,8 +200,7 @@ TEST(CompletionChannel, ACompletionAnEventAnnouncedRaisesNoSecondEvent) {
   ASSERT_TRUE(cq.req_notify(false).ok());
   send(p, 1, 100, false);
   ASSERT_TRUE(readable(ch.fd(), 2000));
-  ASSERT_TRUE(ch.get_event().ok());
-  cq.ack_events(1);
+  ASSERT_NO_FATAL_FAILURE(take_event(ch, cq));
   ASSERT_TRUE(holds(cq, 1));
   ASSERT_TRUE(cq.req_notify(false).ok());
   EXPECT_FALSE(readable(ch.fd(), 20)) << "the queued completion had its event";
@@ -205,15 +208,13 @@ TEST(CompletionChannel, ACompletionAnEventAnnouncedRaisesNoSecondEvent) {
   // Announced, then another comes before the arming: that one raises it.
   send(p, 2, 100, false);
   ASSERT_TRUE(readable(ch.fd(), 2000));
-  ASSERT_TRUE(ch.get_event().ok());
-  cq.ack_events(1);
+  ASSERT_NO_FATAL_FAILURE(take_event(ch, cq));
   send(p, 3, 100, false);
   ASSERT_TRUE(holds(cq, 2));
   EXPECT_FALSE(readable(ch.fd(), 0));
   ASSERT_TRUE(cq.req_notify(false).ok());
   ASSERT_TRUE(readable(ch.fd(), 0));
-  ASSERT_TRUE(ch.get_event().ok());
-  cq.ack_events(1);
+  ASSERT_NO_FATAL_FAILURE(take_event(ch, cq));
   auto wc = poll_n(cq, 2);
   ASSERT_EQ(wc.size(), 2u);
   EXPECT_EQ(wc[0].wr_id, 1u);
