@@ -13,8 +13,8 @@
 asm(R"(
   .pushsection .text
   .p2align 4
-  .globl uroce_fault_guard_copy
-  .hidden uroce_fault_guard_copy
+  .globl uroce_fault_guard_copy, uroce_fault_guard_copy_at, uroce_fault_guard_copy_fault
+  .hidden uroce_fault_guard_copy, uroce_fault_guard_copy_at, uroce_fault_guard_copy_fault
   .type uroce_fault_guard_copy, @function
 uroce_fault_guard_copy:
   .cfi_startproc
