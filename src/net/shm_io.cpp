@@ -31,6 +31,10 @@ bool same_qp_slot(const TxPacket& a, const TxPacket& b) noexcept {
   return a.head.size() >= 8 && b.head.size() >= 8 && a.head[5] == b.head[5] && (a.head[6] >> 6) == (b.head[6] >> 6);
 }
 
+uint32_t dest_qpn(const TxPacket& pkt) noexcept {
+  return uint32_t(pkt.head[5]) << 16 | uint32_t(pkt.head[6]) << 8 | pkt.head[7];
+}
+
 }  // namespace
 
 bool ShmIo::enabled_by_env() noexcept {
@@ -282,7 +286,7 @@ bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
 // own port.
 ShmIo::Peer* ShmIo::ring_peer(const TxPacket& pkt, Clock::time_point now) noexcept {
   if (pkt.head.size() < 8) return nullptr;
-  const uint32_t qpn = uint32_t(pkt.head[5]) << 16 | uint32_t(pkt.head[6]) << 8 | pkt.head[7];
+  const uint32_t qpn = dest_qpn(pkt);
   if (qpn == kGsiQpn) return nullptr;
   const size_t i = peer(pkt.dst, int(qpn >> kQpnIndexBits), now);
   Peer& p = peers_[i];
@@ -335,16 +339,22 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
   udp_out_.clear();
   touched_.clear();
   size_t sent = 0;
+  const TxPacket* prev = nullptr;  // the first packet of the last train that went to a ring...
+  size_t prev_peer = 0;            // ...and that ring's peer (an index: peers_ may grow)
   for (size_t k = 0; k < pkts.size();) {
     const TxPacket& first = pkts[k];
     const size_t segs = first.gso_segments > 1 ? std::min<size_t>(first.gso_segments, pkts.size() - k) : 1;
     Peer* p = nullptr;
     // Only an address of this host can have a ring: others take no look-up.
     // One we reached through a ring lately is (that saves the question per
-    // packet to a same-host peer).
+    // packet to a same-host peer).  A train to the QP slot of the train
+    // before (an answer behind its ACK) takes that one's ring as it is.
     const Peer* last = last_peer_ < peers_.size() ? &peers_[last_peer_] : nullptr;
-    if (use_shm_ && ((last && last->ring && last->ep.addr == first.dst.addr) ||
-                     (first.dst.addr.is_v4() == udp_->local().addr.is_v4() && udp_->host_local(first.dst.addr))))
+    if (prev && first.dst == prev->dst && same_qp_slot(first, *prev) && dest_qpn(first) != kGsiQpn &&
+        peers_[prev_peer].ring && first.size() <= peers_[prev_peer].ring->payload_max())
+      p = &peers_[prev_peer];
+    else if (use_shm_ && ((last && last->ring && last->ep.addr == first.dst.addr) ||
+                          (first.dst.addr.is_v4() == udp_->local().addr.is_v4() && udp_->host_local(first.dst.addr))))
       p = ring_peer(first, now);
     if (!p) {  // by UDP, trains as they are
       udp_out_.insert(udp_out_.end(), pkts.begin() + ptrdiff_t(k), pkts.begin() + ptrdiff_t(k + segs));
@@ -353,6 +363,8 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
       // sender computed for IPv4 ID j, as a GRO receive would report it.  A
       // train may hold packets of several QPs of the destination endpoint.
       const size_t first_peer = size_t(p - peers_.data());
+      prev = &first;
+      prev_peer = first_peer;
       for (size_t j = 0; j < segs; ++j) {
         const TxPacket& pkt = pkts[k + j];
         Peer* q = j == 0 || same_qp_slot(pkt, first) ? &peers_[first_peer] : ring_peer(pkt, now);
