@@ -126,6 +126,52 @@ TEST(LookPolicy, BusyPollerPreemptedNowAndThenIsNoSpinner) {
   EXPECT_TRUE(p.spinner());
 }
 
+// The thread's own wake takes the CPU of a busy poller pinned beside it,
+// and the look comes tens of microseconds later: silence that began only
+// when the thread woke is no spinner's (measured at the wake, not the
+// look).  In a shared-memory ping-pong the mistake held the mode for half
+// the runs: the thread woke for every packet and took a third of the CPU.
+TEST(LookPolicy, PollerSilentOnlySinceTheThreadWokeIsNoSlowPoller) {
+  LookPolicy p;
+  int64_t now = kT0;
+  look(p, seen(now, true, 2 * kUs), 0);
+  for (int i = 0; i < 10; ++i) {
+    now += 300 * kUs;  // (ten within kSpinnerConfirmNs)
+    LookInput in = seen(now, true, 80 * kUs);
+    in.woke_ns = in.last_poll_ns + 3 * kUs;
+    const Look l = look(p, in, 1);
+    EXPECT_FALSE(l.plan.slow_poller) << "look " << i;
+    EXPECT_FALSE(l.plan.serve) << "look " << i;
+  }
+  EXPECT_FALSE(p.spinner());
+  // Silent since well before the wake: a spinner's bursts, as before.
+  for (int i = 0; i < 2; ++i) {
+    now += 300 * kUs;
+    LookInput in = seen(now, true, 150 * kUs);
+    in.woke_ns = now - 30 * kUs;
+    const Look l = look(p, in, 1);
+    EXPECT_TRUE(l.plan.slow_poller) << "look " << i;
+    EXPECT_TRUE(l.plan.serve) << "look " << i;
+  }
+  EXPECT_TRUE(p.spinner());
+}
+
+// In spinner mode a wake that came while the application polled (it polled
+// after the wake, or within kPollingNs before it) is left to it, however
+// late the look.
+TEST(LookPolicy, SpinnersWakeRightAfterAPollIsLeftToItHoweverLateTheLook) {
+  LookPolicy p;
+  int64_t now = make_spinner(p);
+  now += 100 * kUs;
+  LookInput in = seen(now, true, 40 * kUs, true, true);
+  in.woke_ns = in.last_poll_ns + 2 * kUs;
+  EXPECT_FALSE(look(p, in, 1).plan.rx_for_us);
+  now += 100 * kUs;
+  in = seen(now, true, 40 * kUs, true, true);
+  in.woke_ns = in.last_poll_ns + 20 * kUs;
+  EXPECT_TRUE(look(p, in, 1).plan.rx_for_us);
+}
+
 TEST(LookPolicy, SlowPollerWithNothingWaitingKeepsTheTick) {
   LookPolicy p;
   look(p, seen(kT0, true, 2 * kUs), 0);

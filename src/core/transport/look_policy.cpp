@@ -9,7 +9,8 @@ namespace uroce::transport {
 LookPlan LookPolicy::plan(const LookInput& in) noexcept {
   in_ = in;
   const bool app_active = in.polled || in.waiting;
-  const int64_t since_poll = in.now_ns - in.last_poll_ns;
+  // (Silence before the thread took the CPU: see LookInput::woke_ns.)
+  const int64_t since_poll = std::max<int64_t>(0, std::min(in.now_ns, in.woke_ns) - in.last_poll_ns);
   LookPlan p;
   // One that polled before the look that found it polling and not since
   // is one too: that look left the socket to it and set a tick, and the

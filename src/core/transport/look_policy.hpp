@@ -33,9 +33,16 @@ inline constexpr int64_t kAppTickNs = 1'000'000;
 struct LookInput {
   int64_t now_ns = 0;
   int64_t last_poll_ns = 0;  // when the application's last drive() ended
-  bool polled = false;       // it drove progress since the last look
-  bool waiting = false;      // one of its threads sleeps in Nic::wait_on
-  bool rx_event = false;     // the socket woke us: we held it, its packets may be ours
+  // When the thread got its CPU for this look (its wake, or the end of its
+  // yield); INT64_MAX: at now_ns.  How long the application had been silent
+  // is told at that moment: the thread's wake may preempt an application
+  // thread polling on the same CPU, and the look comes some 20-60 us later
+  // on this kind of VM (the wake-up, the lock), by which time a busy poller
+  // that the thread itself holds off the CPU looks as silent as a spinner.
+  int64_t woke_ns = INT64_MAX;
+  bool polled = false;    // it drove progress since the last look
+  bool waiting = false;   // one of its threads sleeps in Nic::wait_on
+  bool rx_event = false;  // the socket woke us: we held it, its packets may be ours
   // It has not polled since its poll that took completions handed us the
   // socket (Nic::completions_taken): it spins on memory.
   bool spinning_since_hand_over = false;

@@ -310,6 +310,7 @@ void Nic::progress_thread_main() noexcept {
   bool tick_only = false;      // ... a timeout the policy's tick set (no timer, ACK or stats deadline)
   int skipped = 0;             // looks skipped in a row (kMaxSkippedLooks)
   Clock::time_point cpu_at{};  // when record_thread_cpu() last ran
+  int64_t woke = INT64_MAX;    // when this look's CPU time began (LookInput::woke_ns)
   while (!stop_.load(std::memory_order_acquire)) {
     LookOutcome look;
     int64_t sleep_until;
@@ -343,6 +344,7 @@ void Nic::progress_thread_main() noexcept {
         LookInput in;
         in.now_ns = now_.time_since_epoch().count();
         in.last_poll_ns = app_last_poll_ns_.load(std::memory_order_relaxed);
+        in.woke_ns = woke;
         in.polled = cur != seen;
         in.waiting = app_waiting_.load(std::memory_order_acquire) > 0;
         in.rx_event = rx_event;
@@ -420,6 +422,7 @@ void Nic::progress_thread_main() noexcept {
         rx_event = false;
         timed_out = false;
         ::sched_yield();  // others runnable on this CPU get their turn
+        woke = Clock::now().time_since_epoch().count();
         continue;
       }
     }
@@ -452,6 +455,7 @@ void Nic::progress_thread_main() noexcept {
     xrc_sleep(handed);
     static constexpr timespec kNoWait{};
     const int n = epoll_wait_ns(epfd_, evs, 3, pending || handed ? &kNoWait : timeout_p);
+    woke = Clock::now().time_since_epoch().count();
     if (in_socket) io_->done_wait();
     xrc_wake();
     rx_event = pending;
