@@ -32,7 +32,7 @@ inline constexpr int64_t kAppTickNs = 1'000'000;
 // What a look saw.
 struct LookInput {
   int64_t now_ns = 0;
-  int64_t last_poll_ns = 0;  // when the application's last drive() ended
+  int64_t last_poll_ns = 0;  // when the application's last drive() or post ended
   // When the thread got its CPU for this look (its wake, or the end of its
   // yield); INT64_MAX: at now_ns.  How long the application had been silent
   // is told at that moment: the thread's wake may preempt an application

@@ -239,6 +239,16 @@ class Nic {
   // spins on memory between polls, it is about to, and the progress thread
   // watches the socket meanwhile (look_policy.hpp, kSpinnerMisses).
   void completions_taken() noexcept;
+  // An application thread posted work requests (under the lock) and pump()
+  // sent them: it is as much alive as one that polls
+  // (LookInput::last_poll_ns), though its post, a system call on UDP, may
+  // have taken longer than kPollerIdleNs.  (The clock pump() read when it
+  // sent: no clock read of its own on the way of every post.)
+  void app_posted() noexcept {
+    const int64_t sent = last_tx_.time_since_epoch().count();
+    if (sent > app_last_poll_ns_.load(std::memory_order_relaxed))
+      app_last_poll_ns_.store(sent, std::memory_order_relaxed);
+  }
 
   // ---- QP1, the general services interface (gsi.cpp) ----
   // The connection manager's MADs are UD SEND_ONLY packets to and from QP1
@@ -360,7 +370,7 @@ class Nic {
   int epfd_ = -1;
   int kick_fd_ = -1;
   std::atomic<uint64_t> app_activity_{0};       // bumped by every application-driven poll
-  std::atomic<int64_t> app_last_poll_ns_{0};    // Clock time of the last one
+  std::atomic<int64_t> app_last_poll_ns_{0};    // Clock time of the last one, or of a post (app_posted)
   std::atomic<int> app_waiting_{0};             // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
   bool app_receives_ = false;                   // (under mu_) see app_receives()

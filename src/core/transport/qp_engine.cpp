@@ -270,6 +270,7 @@ void QpEngine::ring_doorbell(size_t posted) noexcept {
     // next poll or wait, or the ACK that arrives), so that WRs posted back to
     // back leave together, in one GSO train.  An idle QP sends at once.
     if (!reliable() || req.una_psn == req.next_psn) nic_->pump();
+    nic_->app_posted();
   }
 }
 
