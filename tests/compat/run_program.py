@@ -53,6 +53,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROCE_CHECK = os.path.join(HERE, "..", "capture", "roce_check.py")
+# The frames a capture (and each shared-memory trace) keeps, from the start
+# of the run: every one is decoded by tshark and its ICRC checked.
+TRACE_FRAMES = 5000
 
 
 def listening(port, pid=None):
@@ -118,25 +121,30 @@ class Capture:
         self.proc = None
         self.traces = []  # the UROCE_PCAP traces of server and client, to check too (shared memory)
         self.pcap = os.path.join(workdir, "run.pcap")
-        if os.environ.get("UROCE_COMPAT_CAPTURE", "1") == "0" or not shutil.which("tshark"):
-            print("capture: skipped (no tshark, or UROCE_COMPAT_CAPTURE=0)")
+        if os.environ.get("UROCE_COMPAT_CAPTURE", "1") == "0" or not shutil.which("dumpcap"):
+            print("capture: skipped (no dumpcap, or UROCE_COMPAT_CAPTURE=0)")
             return
         host = "ip6 host " + addr if ":" in addr else "host " + addr
-        err = open(os.path.join(workdir, "tshark.err"), "w+")
+        err = open(os.path.join(workdir, "dumpcap.err"), "w+")
         self.err = err
+        # dumpcap, tshark's capture engine, without tshark's start (about
+        # 1.5 s of probing capture plug-ins); classic pcap (-P).
         self.proc = subprocess.Popen(
-            [*prefix, "tshark", "-n", "-q", "-i", iface, "-f", f"udp and {host}", "-c", "20000",
-             "-a", "duration:170", "-F", "pcap", "-w", self.pcap],
+            [*prefix, "dumpcap", "-q", "-i", iface, "-f", f"udp and {host}", "-c", str(TRACE_FRAMES),
+             "-a", "duration:170", "-P", "-w", self.pcap],
             stdout=subprocess.DEVNULL, stderr=err)
-        for _ in range(100):
+        text = ""
+        for _ in range(500):
             err.seek(0)
             text = err.read()
-            if "Capture started" in text:
-                time.sleep(0.3)
+            # The file's header is written once the interface is open and
+            # its filter set: from then on the capture sees every packet.
+            if "Capturing on" in text and os.path.exists(self.pcap) and os.path.getsize(self.pcap) >= 24:
+                time.sleep(0.05)
                 return
             if self.proc.poll() is not None:
                 break
-            time.sleep(0.1)
+            time.sleep(0.02)
         print(f"capture: tshark cannot capture on {iface} here, skipped:", text.strip()[-200:])
         self.stop()
         self.proc = None
@@ -150,9 +158,8 @@ class Capture:
         if not shm_enabled(server_env):
             return server_env, client_env
         self.traces = [os.path.join(workdir, f"trace-{n}.pcap") for n in ("server", "client")]
-        # As many frames as the capture on lo keeps (tshark -c): a second of
-        # qperf's rc_bw is 300,000, checked one by one.
-        count = {"UROCE_PCAP_COUNT": os.environ.get("UROCE_PCAP_COUNT", "20000")}
+        # As many frames as the capture on lo keeps (dumpcap -c).
+        count = {"UROCE_PCAP_COUNT": os.environ.get("UROCE_PCAP_COUNT", str(TRACE_FRAMES))}
         return (dict(server_env, UROCE_PCAP=self.traces[0], **count),
                 dict(client_env, UROCE_PCAP=self.traces[1], **count))
 
