@@ -269,8 +269,10 @@ void QpEngine::ring_doorbell(size_t posted) noexcept {
     // unacknowledged sends new WRs at the next progress (the application's
     // next poll or wait, or the ACK that arrives), so that WRs posted back to
     // back leave together, in one GSO train.  An idle QP sends at once.
-    if (!reliable() || req.una_psn == req.next_psn) nic_->pump();
-    nic_->app_posted();
+    if (!reliable() || req.una_psn == req.next_psn) {
+      nic_->pump();
+      nic_->app_posted();  // (only when this post sent: last_tx_ is its own)
+    }
   }
 }
 
