@@ -90,6 +90,11 @@ struct CongestionConfig {
   // and a requester whose peer does so resends only what was lost
   // (UROCE_SR=0: go-back-N on both sides, as rdma_rxe).
   bool selective_repeat = true;
+  // The RC QPs that send to one peer share a window of packets in flight,
+  // which losses cut (transport/path_share.hpp): many QPs together do not
+  // overflow the peer's receive buffer that one QP's window alone keeps
+  // clear of (UROCE_PATH_SHARE=0: each QP's own window only).
+  bool share_paths = true;
   // With selective repeat, between uroce peers: once a peer is seen to keep
   // packets, it is asked for SACKs (UROCE_SACK_HELLO), which name what it
   // holds, so that every hole goes again at once and the window counts only

@@ -43,6 +43,7 @@ void advance_una(Nic& nic, QpEngine& qp, uint32_t una) noexcept {
       r.send_psn = r.next_psn;
     }
   }
+  path_sync(nic, qp);
   nic.schedule(qp);  // the window moved
 }
 

@@ -49,7 +49,9 @@ bool congestion_from_env(CongestionConfig& cfg, const char*& bad) noexcept {
     on = s == "1";
     return true;
   };
-  if (!flag("UROCE_SR", cfg.selective_repeat) || !flag("UROCE_SACK", cfg.sack)) return false;
+  if (!flag("UROCE_SR", cfg.selective_repeat) || !flag("UROCE_SACK", cfg.sack) ||
+      !flag("UROCE_PATH_SHARE", cfg.share_paths))
+    return false;
   if (const char* v = std::getenv("UROCE_RETRY_FLOOR_MS"); v && *v) {
     const auto ms = parse_unsigned<uint32_t>(v);
     if (!ms || *ms > 3'600'000) {

@@ -15,7 +15,7 @@ namespace uroce::transport {
   X(rx_icrc_bad) X(rx_icrc_id_solved) X(rx_pkey_violations) X(rx_unknown_qp) X(rx_bad_state) X(rx_foreign_source) \
   X(rx_wrong_service) X(rx_cnp) X(req_packets) X(req_retransmits) X(req_timeouts) X(req_retry_exc) X(req_retry_floor_timeouts) \
   X(req_rnr_retry_exc) X(req_acks_rcvd) X(req_seq_naks_rcvd) X(req_rnr_naks_rcvd) \
-  X(req_err_naks_rcvd) X(req_stale_responses) X(req_read_gaps) X(req_window_cuts) \
+  X(req_err_naks_rcvd) X(req_stale_responses) X(req_read_gaps) X(req_window_cuts) X(path_cuts) X(path_waits) \
   X(resp_acks_sent) X(resp_held_acks_alone) X(resp_seq_naks_sent) X(resp_rnr_naks_sent) X(resp_access_naks_sent) \
   X(resp_inv_req_naks_sent) X(resp_op_err_naks_sent) X(resp_duplicates) X(resp_dup_reads) \
   X(resp_dup_atomics) X(resp_future_psn) X(resp_read_packets) X(uc_dropped_messages) \

@@ -335,6 +335,7 @@ void Nic::detach_mcast_all(uint32_t qpn) noexcept {
 }
 
 void Nic::detach_lists(QpEngine& qp) noexcept {
+  path_unbind(*this, qp);
   if (qp.in_ready_) std::erase(ready_, &qp);
   if (qp.in_lazy_) std::erase(lazy_, &qp);
   qp.in_ready_ = qp.in_lazy_ = false;

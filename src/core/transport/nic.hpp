@@ -34,6 +34,7 @@
 #include "net/udp_io.hpp"
 #include "transport/congestion.hpp"
 #include "transport/counters.hpp"
+#include "transport/path_share.hpp"
 #include "transport/peer_ports.hpp"
 #include "transport/ports.hpp"
 #include "transport/qp_table.hpp"
@@ -139,6 +140,7 @@ class Nic {
   void detach(QpEngine& qp) noexcept;        // NIC lock held
   void detach_lists(QpEngine& qp) noexcept;  // off the transmit/ACK lists
   QpEngine* find_qp(uint32_t qpn) const noexcept { return qps_ ? qps_->find(qpn) : nullptr; }
+  PathTable& paths() noexcept { return paths_; }  // (path_share.hpp)
 
   // UDP endpoint of (gid, qpn) (peer_ports.hpp; a multicast GID is its IP
   // group on the RoCEv2 port).  NIC lock held.
@@ -321,6 +323,7 @@ class Nic {
   Clock::time_point last_tx_{};  // when pump() last sent one (the same)
 
   PeerPorts ports_{nullptr};
+  PathTable paths_;               // per peer endpoint, shared by the QPs sending there
   std::unique_ptr<QpTable> qps_;  // made once the registry gave the slot
 
   std::deque<QpEngine*> ready_;     // QPs with packets to send

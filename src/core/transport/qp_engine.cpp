@@ -69,6 +69,7 @@ void QpEngine::flush_locked() noexcept {
     sq.pop();
   }
   req.send_idx = sq.head();
+  path_sync(*nic_, *this);  // (nothing in flight in ERR)
   verbs::Wc wc;
   wc.status = WcStatus::wr_flush_err;
   wc.opcode = WcOpcode::recv;
@@ -321,6 +322,7 @@ void QpEngine::refresh_peer() noexcept {
   host_local = nic_->host_local(peer.addr);
   icrc_ip.dst = peer.addr;
   icrc_ip.dst_port = peer.port;
+  path_bind(*nic_, *this);
 }
 
 }  // namespace uroce::transport

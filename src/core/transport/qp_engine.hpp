@@ -25,6 +25,7 @@
 namespace uroce::transport {
 
 class Nic;
+class PathShare;
 class XrcRemote;
 
 // What the verbs QP settled at creation.
@@ -149,6 +150,12 @@ class QpEngine {
   // first came (responder_copy.cpp); dropped with the connection.
   std::unique_ptr<net::PeerProcess> copy_peer;
   std::unique_ptr<ReorderBuffer> reorder;  // responder: packets kept ahead of a gap (reorder.hpp)
+  // The path to the peer, shared with the NIC's other QPs sending there
+  // (path_share.hpp; RC/XRC senders): packets charged to it, whether the
+  // QP waits for its turn, was given one, and sends in it.
+  PathShare* path = nullptr;
+  uint32_t path_charge = 0;
+  bool path_waiting = false, path_pass = false, path_turn_taken = false;
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers

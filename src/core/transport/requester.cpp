@@ -249,6 +249,10 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_on
   // A paced QP sends slowly: it asks for an ACK at least every quarter of its
   // retransmission interval, or the timer would fire between two ACKs.
   if (qp.dcqcn.limited()) ack_every = std::min(ack_every, paced_ack_every(nic, qp));
+  // A QP on a limited shared path may be held back after any packet, until
+  // other QPs' packets are acknowledged: each of its own asks for an ACK,
+  // or the last before the hold would wait out a retransmission timeout.
+  if (qp.path && qp.path->holds()) ack_every = 1;
   h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0 || r.force_ack);
   if (first && (w.opcode == WrOpcode::rdma_write || w.opcode == WrOpcode::rdma_write_with_imm)) {
     h.reth.va = w.remote_addr;
@@ -504,6 +508,8 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     // and never more PSNs after una than the peer can keep.
     if (rc && (in_flight(r) >= window_pkts(qp) || psn_diff(r.send_psn, r.una_psn) >= int32_t(max_window_pkts(qp))))
       break;
+    // The QPs sending to this peer together (path_share.hpp).
+    if (rc && !path_allows(nic, qp, psn_before(r.send_psn, r.sent_hwm))) break;
     if (is_read(w.opcode) && !read_segment_due(qp, w)) break;       // wait for responses
     if (type != verbs::QpType::ud && !pace_allows(nic, qp)) break;  // the rate the network allows (DCQCN)
     ensure_room(nic);
@@ -540,6 +546,7 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     requester_arm_retransmit(nic, qp);
     sr_on_sent(nic, qp);
   }
+  if (rc) path_sync(nic, qp);
   return more;
 }
 

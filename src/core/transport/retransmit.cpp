@@ -80,6 +80,10 @@ void go_back(Nic& nic, QpEngine& qp, uint32_t psn) noexcept {
   // A READ hole before the rewind point stays watched (nothing may be sent
   // that would watch it again).
   if (r.read_watch) sr_watch(nic, qp, r.una_psn);
+  // What was in flight after the rewind point is taken for lost: it no
+  // longer fills the path the QP shares (path_share.hpp), and the resends
+  // take their turns there.
+  path_sync(nic, qp);
   nic.schedule(qp);
 }
 

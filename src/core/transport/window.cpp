@@ -68,7 +68,12 @@ bool delay_based(const Nic& nic, const QpEngine& qp) noexcept {
 }
 
 void window_on_loss(Nic& nic, QpEngine& qp, Loss loss) noexcept {
-  if (!delay_based(nic, qp)) return cut_on_loss(nic, qp, loss);
+  if (!delay_based(nic, qp)) {
+    // Only loss tells of a full path here; a delay-based window sees the
+    // queue all the QPs on a path share and yields to it by itself.
+    path_on_loss(nic, qp);
+    return cut_on_loss(nic, qp, loss);
+  }
   const SwiftParams& p = nic.config().cc.swift;
   const uint32_t m = max_window_pkts(qp);
   RequesterState& r = qp.req;
@@ -97,6 +102,7 @@ void window_on_rtt(Nic& nic, QpEngine& qp, Clock::duration rtt) noexcept {
 }
 
 void window_on_ack(Nic& nic, QpEngine& qp, uint32_t acked) noexcept {
+  path_on_ack(nic, qp, acked);
   RequesterState& r = qp.req;
   if (r.recovery == Recovery::after_cut && !psn_before(psn_add(r.una_psn, acked), r.recover_psn))
     transition(qp.qpn(), r.recovery, Recovery::none);
