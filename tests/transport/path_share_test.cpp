@@ -26,7 +26,6 @@ TEST(PathShare, UnlimitedUntilALossAndOneQpAloneIsNeverHeld) {
   ASSERT_TRUE(p.on_loss(kT0, 1ms));
   p.recharge(100, 0);
   EXPECT_TRUE(p.allows(5000, 6000, false));
-  EXPECT_FALSE(p.holds());
 }
 
 TEST(PathShare, ALossHalvesWhatWasInFlightOncePerGapNotBelowTheMinimum) {
@@ -37,7 +36,7 @@ TEST(PathShare, ALossHalvesWhatWasInFlightOncePerGapNotBelowTheMinimum) {
   EXPECT_EQ(p.busy_qps(), 2u);
   ASSERT_TRUE(p.on_loss(kT0, 1ms));
   EXPECT_EQ(p.window(), 200.0);
-  EXPECT_TRUE(p.holds());
+  EXPECT_TRUE(p.limited());
   EXPECT_FALSE(p.on_loss(kT0 + 999us, 1ms)) << "the same event";
   EXPECT_EQ(p.window(), 200.0);
   ASSERT_TRUE(p.on_loss(kT0 + 1ms, 1ms));
@@ -108,6 +107,44 @@ TEST(PathShare, AFullWindowHoldsQpsAndTurnsComeInOrderAsRoomComes) {
   EXPECT_FALSE(p.waiting());
   EXPECT_TRUE(p.allows(0, 0, false)) << "nobody waits: room is anyone's";
   EXPECT_TRUE(p.allows(10, 10, false)) << "QP 3 is alone with packets in flight";
+}
+
+TEST(PathShare, AQpAloneWithOthersWaitingKeepsToTheWindowAndTheQueue) {
+  PathShare p;
+  p.recharge(0, 100);  // QP 1
+  p.recharge(0, 100);  // QP 2
+  ASSERT_TRUE(p.on_loss(kT0, 1ms));
+  ASSERT_EQ(p.window(), 100.0);
+  p.recharge(100, 0);  // QP 2 is done: QP 1 is alone
+  EXPECT_TRUE(p.allows(100, 150, false)) << "alone, nobody waiting: its own window only";
+  p.wait(3);  // QP 3 waits for room
+  EXPECT_FALSE(p.allows(100, 100, false)) << "alone, but QP 3 waits: the window and the queue hold";
+  p.recharge(100, 60);  // QP 1's ACKs
+  uint32_t qpn = 0;
+  ASSERT_TRUE(p.next_turn(qpn));
+  EXPECT_EQ(qpn, 3u);
+  EXPECT_TRUE(p.allows(60, 60, false)) << "nobody waits any more";
+}
+
+TEST(PathShare, AQpWhoseTurnFoundNoRoomGoesFirstAgain) {
+  PathShare p;
+  p.recharge(0, 40);
+  p.recharge(0, 40);
+  ASSERT_TRUE(p.on_loss(kT0, 1ms));
+  p.recharge(40, 30);
+  p.recharge(40, 0);  // room for 10
+  p.wait(5);
+  p.wait(6);
+  uint32_t qpn = 0;
+  ASSERT_TRUE(p.next_turn(qpn));
+  ASSERT_EQ(qpn, 5u);
+  p.recharge(0, 10);  // another QP with a turn took the room
+  p.wait_first(5);
+  p.recharge(30, 20);
+  ASSERT_TRUE(p.next_turn(qpn));
+  EXPECT_EQ(qpn, 5u);
+  ASSERT_TRUE(p.next_turn(qpn));
+  EXPECT_EQ(qpn, 6u);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ void PathShare::recharge(uint32_t before, uint32_t after) noexcept {
 
 bool PathShare::allows(uint32_t charge, uint32_t live, bool pass) const noexcept {
   const uint32_t others = busy_qps_ - (charge > 0 && busy_qps_ > 0 ? 1 : 0);
-  if (others == 0) return true;
+  if (others == 0 && waiters_.empty()) return true;
   const double all = double(in_flight_ - std::min(in_flight_, charge) + live);
   return all < window_ && (pass || waiters_.empty());
 }
@@ -93,15 +93,15 @@ void path_unbind(Nic& nic, QpEngine& qp) noexcept {
   p.recharge(qp.path_charge, 0);
   qp.path_charge = 0;
   qp.path = nullptr;
-  qp.path_waiting = qp.path_pass = qp.path_turn_taken = false;
+  qp.path_waiting = qp.path_pass = false;
   wake(nic, p);
 }
 
-void path_sync(Nic& nic, QpEngine& qp) noexcept {
+void path_sync(Nic& nic, QpEngine& qp, bool turn_over) noexcept {
   if (!qp.path) return;
   PathShare& p = *qp.path;
   const uint32_t now = live(qp);
-  if (qp.path_turn_taken) qp.path_pass = qp.path_turn_taken = false;  // (its turn is over)
+  if (turn_over) qp.path_pass = false;
   if (now != qp.path_charge) {
     p.recharge(qp.path_charge, now);
     qp.path_charge = now;
@@ -113,17 +113,19 @@ bool path_allows(Nic& nic, QpEngine& qp, bool rewound) noexcept {
   if (!qp.path) return true;
   PathShare& p = *qp.path;
   const uint32_t mine = in_flight(qp.req);
-  if ((rewound && mine == 0) || p.allows(qp.path_charge, mine, qp.path_pass)) {
-    qp.path_turn_taken = qp.path_pass;  // (the turn lasts while this pump sends)
-    return true;
-  }
-  qp.path_pass = qp.path_turn_taken = false;
+  if ((rewound && mine == 0) || p.allows(qp.path_charge, mine, qp.path_pass)) return true;
   if (!qp.path_waiting) {
     qp.path_waiting = true;
-    p.wait(qp.qpn());
+    // Its turn came and others took the room meanwhile: first again.
+    if (qp.path_pass)
+      p.wait_first(qp.qpn());
+    else
+      p.wait(qp.qpn());
     ++nic.counters().path_waits;
   }
-  wake(nic, p);  // (room, with others waiting ahead of this QP)
+  qp.path_pass = false;
+  // (The end of this send pass syncs the QP's charge and, if that leaves
+  // room, wakes whoever's turn it is.)
   return false;
 }
 

@@ -43,16 +43,14 @@ class PathShare {
   uint32_t busy_qps() const noexcept { return busy_qps_; }
   double window() const noexcept { return window_; }
   bool limited() const noexcept { return window_ < kUnlimited; }
-  // Whether it may hold a QP back now: limited, with two QPs sending.
-  bool holds() const noexcept { return limited() && busy_qps_ >= 2; }
 
   // A QP's charge moves from `before` to `after` packets.
   void recharge(uint32_t before, uint32_t after) noexcept;
   // Whether a QP that has `charge` packets charged and `live` in flight
   // now may send one more: always when no other QP has packets in flight
-  // (one QP alone keeps its own window); otherwise while all of them
-  // together stay under the window, and, while QPs wait, only a QP woken
-  // for its turn (`pass`).
+  // and none waits (one QP alone keeps its own window); otherwise while all
+  // of them together stay under the window, and, while QPs wait, only a QP
+  // woken for its turn (`pass`).
   bool allows(uint32_t charge, uint32_t live, bool pass) const noexcept;
   // A loss: the window takes half of what was in flight (at least
   // kMinPkts), unless it was cut less than `gap` ago (the same event) or
@@ -61,9 +59,11 @@ class PathShare {
   // `acked` packets were acknowledged: kGrowPkts more per window's worth.
   void on_ack(uint32_t acked) noexcept;
 
-  // QPs held back (QP numbers, oldest first), each once.
+  // QPs held back (QP numbers, oldest first), each once; a QP whose turn
+  // came but found the room taken goes back to the front.
   bool waiting() const noexcept { return !waiters_.empty(); }
   void wait(uint32_t qpn) { waiters_.push_back(qpn); }
+  void wait_first(uint32_t qpn) { waiters_.push_front(qpn); }
   // Takes the next QP whose turn it is, if the window has room: (false)
   // when it has none or nobody waits.
   bool next_turn(uint32_t& qpn) noexcept;
@@ -100,7 +100,9 @@ void path_bind(Nic& nic, QpEngine& qp) noexcept;
 void path_unbind(Nic& nic, QpEngine& qp) noexcept;
 // `qp`'s packets in flight changed (sent, acknowledged, resent, flushed):
 // its charge follows; QPs waiting get their turn if that made room.
-void path_sync(Nic& nic, QpEngine& qp) noexcept;
+// `turn_over`: the requester's send pass ended (its turn, if it had one,
+// with it).
+void path_sync(Nic& nic, QpEngine& qp, bool turn_over = false) noexcept;
 // Whether `qp` may send its next packet; if not, it waits for its turn
 // (scheduled then).  A packet sent before and `rewound` to (go-back-N
 // after a loss) may always go when the QP has nothing else in flight: its

@@ -152,10 +152,11 @@ class QpEngine {
   std::unique_ptr<ReorderBuffer> reorder;  // responder: packets kept ahead of a gap (reorder.hpp)
   // The path to the peer, shared with the NIC's other QPs sending there
   // (path_share.hpp; RC/XRC senders): packets charged to it, whether the
-  // QP waits for its turn, was given one, and sends in it.
+  // QP waits for its turn, and whether it was given one (for its next send
+  // pass).
   PathShare* path = nullptr;
   uint32_t path_charge = 0;
-  bool path_waiting = false, path_pass = false, path_turn_taken = false;
+  bool path_waiting = false, path_pass = false;
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers

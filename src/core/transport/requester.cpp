@@ -252,7 +252,7 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_on
   // A QP on a limited shared path may be held back after any packet, until
   // other QPs' packets are acknowledged: each of its own asks for an ACK,
   // or the last before the hold would wait out a retransmission timeout.
-  if (qp.path && qp.path->holds()) ack_every = 1;
+  if (qp.path && qp.path->limited()) ack_every = 1;
   h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0 || r.force_ack);
   if (first && (w.opcode == WrOpcode::rdma_write || w.opcode == WrOpcode::rdma_write_with_imm)) {
     h.reth.va = w.remote_addr;
@@ -546,7 +546,7 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     requester_arm_retransmit(nic, qp);
     sr_on_sent(nic, qp);
   }
-  if (rc) path_sync(nic, qp);
+  if (rc) path_sync(nic, qp, /*turn_over=*/true);
   return more;
 }
 

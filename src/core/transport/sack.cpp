@@ -119,6 +119,7 @@ void sack_receive(Nic& nic, QpEngine& qp, const wire::Packet& pkt) noexcept {
     }
   }
   r.sack_scan_due = true;
+  path_sync(nic, qp);  // (what the peer holds is no longer in flight)
   nic.schedule(qp);
 }
 
