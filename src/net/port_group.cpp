@@ -449,6 +449,12 @@ PortGroup::~PortGroup() {
   }
   if (listen_fd_.valid()) ::shutdown(listen_fd_.get(), SHUT_RDWR);  // ends accept()
   join_quiet_thread(server_);
+  // Closed before we wait for the table's lock: a newcomer that connected
+  // just before the shutdown holds that lock while it waits for our
+  // sockets, and would wait out its receive timeout (2 s) for an answer
+  // nobody gives; the close ends its wait at once (and it tries another
+  // member, or again).
+  listen_fd_.reset();
   if (file_) {
     // Our position is free once we hold none of the sockets: a newcomer
     // that finds no live member founds the group anew on a free port.
