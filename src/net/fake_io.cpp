@@ -271,6 +271,9 @@ size_t FakeIo::recv_batch(std::span<RxPacket> out) noexcept {
     r.ttl = 64;
     r.via_ring = false;
     r.icrc_omitted = false;
+    // A train's packets are numbered as a GRO receive would number them.
+    train_index_ = p.joined ? uint16_t(train_index_ + 1) : 0;
+    r.ipv4_id_hint = train_index_;
     ++stats_.rx_packets;
     stats_.rx_bytes += p.data.size();
     if (r.truncated) ++stats_.rx_truncated;

@@ -144,6 +144,7 @@ class FakeIo final : public PacketIo {
   size_t max_payload_;
   int wait_fd_;                   // owned by the hub's Port
   std::vector<FakePacket> last_;  // the buffers behind the last recv_batch
+  uint16_t train_index_ = 0;      // of the packet received last in its GSO train
   IoStats stats_;
 };
 

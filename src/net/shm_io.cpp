@@ -12,6 +12,7 @@
 
 #include "common/log.hpp"
 #include "common/parse_number.hpp"
+#include "wire/opcode.hpp"
 
 namespace uroce::net {
 namespace {
@@ -362,10 +363,17 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
       // A train becomes one slot per packet; packet j carries the ICRC its
       // sender computed for IPv4 ID j, as a GRO receive would report it.  A
       // train may hold packets of several QPs of the destination endpoint.
+      // One that ends in an ACK (an answer and the ACK held for it,
+      // Nic::pump) puts the ACK first: the receiver's look at the ring may
+      // come between two slots, and it must not see the answer before it
+      // (as a GRO receive lets Nic::poll_rx take that ACK first).
       const size_t first_peer = size_t(p - peers_.data());
       prev = &first;
       prev_peer = first_peer;
-      for (size_t j = 0; j < segs; ++j) {
+      const TxPacket& end = pkts[k + segs - 1];
+      const bool ack_last = segs > 1 && !end.head.empty() && wire::is_acknowledge(end.head[0]);
+      for (size_t i = 0; i < segs; ++i) {
+        const size_t j = !ack_last ? i : i == 0 ? segs - 1 : i - 1;
         const TxPacket& pkt = pkts[k + j];
         Peer* q = j == 0 || same_qp_slot(pkt, first) ? &peers_[first_peer] : ring_peer(pkt, now);
         if (q) {

@@ -98,6 +98,12 @@ inline constexpr uint8_t kUcOpcodes = 0x20;
 inline constexpr uint8_t kXrcOpcodes = 0xa0;
 inline constexpr uint8_t kOperationMask = 0x1f;
 
+// An ACKNOWLEDGE (an AETH alone: ACK, NAK or RNR NAK) of RC or XRC, the
+// shortest packet there is: a GSO train can only end with one.
+constexpr bool is_acknowledge(uint8_t opcode) noexcept {
+  return opcode == uint8_t(Opcode::rc_ack) || opcode == uint8_t(Opcode::xrc_ack);
+}
+
 // Flags of an opcode.
 namespace op {
 inline constexpr uint32_t kValid = 1u << 0;

@@ -166,6 +166,49 @@ TEST_F(ShmTest, GsoTrainBecomesOneSlotPerPacketWithItsIpv4Id) {
   EXPECT_EQ(b->udp().stats().rx_packets, 0u);
 }
 
+// A train that ends in an ACK (an answer and the ACK held for it, which
+// only the shortest packet can end) reaches a ring ACK first: the
+// receiver, whose look at the ring may fall between two slots, never sees
+// the answer before it.  Each packet keeps its own IPv4 ID hint (its ICRC).
+TEST_F(ShmTest, TrainEndingInAnAckPutsTheAckFirst) {
+  auto a = open_io(), b = open_io();
+  ASSERT_TRUE(a && b);
+  wire::IpUdpFields ip;
+  ip.src = a->local().addr;
+  ip.dst = b->local().addr;
+  ip.src_port = a->local().port;
+  ip.dst_port = b->local().port;
+  const Bytes payload(8, 0x5a);
+  std::vector<Bytes> pkts;
+  for (uint16_t i = 0; i < 3; ++i) {
+    wire::Headers h;
+    h.bth.opcode = i < 2 ? 0x04 : 0x11;  // RC SEND_ONLY, SEND_ONLY, ACKNOWLEDGE
+    h.bth.dest_qp = 0x1234;
+    h.bth.psn = 100u + i;
+    if (i == 2) h.aeth.msn = 7;
+    ip.ipv4_id = i;
+    pkts.push_back(
+        test::make_udp_payload(h, i < 2 ? std::span<const uint8_t>(payload) : std::span<const uint8_t>(), ip));
+  }
+  ASSERT_LT(pkts[2].size(), pkts[0].size());
+  std::vector<TxPacket> tx;
+  for (const Bytes& p : pkts) tx.push_back(tx_of(p, b->local()));
+  tx[0].gso_segments = 3;
+  // And a train that does not end in one keeps its order.
+  std::vector<TxPacket> plain(tx.begin(), tx.begin() + 2);
+  plain[0].gso_segments = 2;
+  EXPECT_EQ(a->send_batch(tx), 3u);
+  EXPECT_EQ(a->send_batch(plain), 2u);
+  auto got = recv_n(*b, 5);
+  ASSERT_EQ(got.size(), 5u);
+  const size_t order[] = {2, 0, 1, 0, 1};
+  const uint16_t hint[] = {2, 0, 1, 0, 1};
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(got[k].first, pkts[order[k]]) << "slot " << k;
+    EXPECT_EQ(got[k].second.ipv4_id_hint, hint[k]) << "slot " << k;
+  }
+}
+
 TEST_F(ShmTest, FullRingDropsAfterABoundedWaitAndCountsIt) {
   ShmConfig small;
   small.ring.slots = 16;

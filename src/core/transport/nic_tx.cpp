@@ -49,12 +49,18 @@ void Nic::pump() noexcept {
     // its progress thread while it spins; this way the poll that completes
     // its request has landed the WRITE first.  Only a lazy ACK, and only
     // behind one packet: the ACK of a stream is never held up, and a SEND
-    // posted behind the WRITE still follows the ACK.  An ACK waiting for
+    // posted behind the WRITE still follows the ACK.  Where packets form
+    // GSO trains, any answer's first packet goes before the ACK held for
+    // it: the ACK ends that packet's train, one datagram for both, and the
+    // peer takes the ACK first all the same (poll_rx).  An ACK waiting for
     // the answer (lazy) stays behind while there is nothing to send with
-    // it.  Each side has its own budget: neither starves the other.
+    // it, whatever else scheduled the QP (the ACK of our last request, which
+    // came with what this one acknowledges).  Each side has its own budget:
+    // neither starves the other.
     const bool plain_ack = responder_owes_plain_ack(*qp);
     const NextRequest next = requester_next(*qp);
-    const bool answer_first = plain_ack && qp->resp.ack_may_wait && next == NextRequest::silent;
+    const bool answer_first = plain_ack && qp->resp.ack_may_wait &&
+                              (next == NextRequest::silent || (next == NextRequest::visible && tx_.trains()));
     if (plain_ack && qp->resp.ack_may_wait) {
       if (next != NextRequest::none)
         held_ack_leaves(*qp, HeldAck::answered);
@@ -63,7 +69,7 @@ void Nic::pump() noexcept {
     }
     size_t budget = kPerQpBudget;
     bool more = false;
-    if (plain_ack && qp->in_lazy_ && qp->resp.ack_after_answer && next == NextRequest::none) {
+    if (plain_ack && qp->in_lazy_ && qp->resp.ack_may_wait && next == NextRequest::none) {
       // (on lazy_: the answer, an idle poll or the progress thread sends it)
     } else {
       if (answer_first) {  // the answer's first packet carries the ACK owed

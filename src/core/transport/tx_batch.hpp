@@ -28,6 +28,9 @@ class TxBatch {
   // Packets to one destination of one size (the last may be shorter) form
   // GSO trains of up to `n` packets (0/1: never; see net::TxPacket).
   void set_gso_max(uint16_t n) noexcept { gso_max_ = n; }
+  // Packets may form trains: an ACK added right after a longer packet to
+  // the same destination leaves in its datagram.
+  bool trains() const noexcept { return gso_max_ > 1; }
   // Leave each packet's ICRC to the I/O (net::PendingIcrc), which may
   // send it without one; else compute it in add().
   void set_defer_icrc(bool on) noexcept { defer_icrc_ = on; }
