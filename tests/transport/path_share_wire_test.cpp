@@ -162,6 +162,54 @@ TEST(PathShareWire, QpsDestroyedOrFailedMidTransferLeaveTheirShare) {
   for (int q = kQps / 2; q < kQps; ++q) EXPECT_EQ(done[q], 8) << "QP " << q;
 }
 
+// A path lives while QPs send to its peer: the last QP gone (destroyed,
+// or reset) takes it out of the NIC's table, so a server that many
+// short-lived clients came and went keeps none; a QP connected later
+// starts a fresh one.
+TEST(PathShareWire, ThePathGoesWithItsLastQp) {
+  transport::CongestionConfig cc;
+  cc.mode = transport::CcMode::dcqcn;
+  PairOptions o;
+  o.congestion = cc;
+  Fake f(o);
+  Pair& p = *f.p;
+  auto paths = [&] {
+    std::lock_guard g(p.a.ctx->nic().mu());
+    return p.a.ctx->nic().paths().size();
+  };
+  ASSERT_EQ(paths(), 1u);
+  std::vector<std::unique_ptr<Qp>> qa, qb;
+  for (int i = 0; i < 3; ++i) {
+    qa.push_back(p.create_qp(p.a));
+    qb.push_back(p.create_qp(p.b));
+    p.connect_qp(*qa.back(), *qb.back(), p.b, 0x500, 0x600);
+    p.connect_qp(*qb.back(), *qa.back(), p.a, 0x600, 0x500);
+  }
+  EXPECT_EQ(paths(), 1u) << "one peer endpoint, one path";
+  qa[0].reset();
+  QpAttr reset;
+  reset.qp_state = QpState::reset;
+  ASSERT_TRUE(qa[1]->modify(reset, qp_attr_mask::kState).ok());
+  p.a.qp.reset();
+  EXPECT_EQ(paths(), 1u) << "a QP still sends there";
+  qa[2].reset();
+  EXPECT_EQ(paths(), 0u);
+  // Connected again, the reset QP binds a new path and moves data on it.
+  qb[1] = p.create_qp(p.b);
+  p.connect_qp(*qa[1], *qb[1], p.b, 0x700, 0x800);
+  p.connect_qp(*qb[1], *qa[1], p.a, 0x800, 0x700);
+  EXPECT_EQ(paths(), 1u);
+  fill_pattern(p.a.buf.data(), 4096, 3);
+  Sge sge = p.a.sge(0, 4096);
+  ASSERT_TRUE(post_send(*qa[1], make_wr(1, WrOpcode::rdma_write, &sge, p.b.addr(8192), p.b.mr->rkey())).ok());
+  const auto wcs = poll_n(*p.a.scq, 1, 10000);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::success);
+  EXPECT_EQ(first_diff(p.a.buf.data(), p.b.buf.data() + 8192, 4096), -1);
+  qa[1].reset();
+  EXPECT_EQ(paths(), 0u);
+}
+
 TEST(PathShareWire, OneQpAloneKeepsItsOwnWindowOnly) {
   transport::CongestionConfig cc;
   cc.mode = transport::CcMode::dcqcn;

@@ -97,6 +97,7 @@ struct RequesterState {
   uint8_t split_score = 0;    // NAKs that showed parts of trains lost (selective.cpp)...
   bool split_trains = false;  // ...enough of them: resend only what NAKs name
   bool force_ack = false;     // the packet being built asks for an ACK
+  bool tail_unasked = false;  // the last request packet sent asked for no ACK
   bool sr_check = false;      // una (sr_check_psn) is resent alone if still unacknowledged at sr_check_at
   uint32_t sr_check_psn = 0;
   uint32_t sr_backoff = 1;

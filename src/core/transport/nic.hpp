@@ -185,6 +185,12 @@ class Nic {
   void schedule(QpEngine& qp) noexcept;      // qp has packets to send
   void schedule_ack(QpEngine& qp) noexcept;  // qp has only a coalescable ACK
   void pump() noexcept;                      // send what is scheduled
+  // After an application's call that may have scheduled QPs besides its
+  // own (a QP that left a shared path woke others, path_share.cpp): they
+  // send now, not at a later packet or timer that may never come.
+  void pump_pending() noexcept {
+    if (!ready_.empty()) pump();
+  }
   // How an ACK held for the application's answer leaves: with it, with
   // other packets before it came, or alone at a deadline.
   enum class HeldAck : uint8_t { answered, early, alone };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "transport/nic.hpp"
+#include "transport/path_share.hpp"
 #include "transport/protocol.hpp"
 #include "transport/qp_engine.hpp"
 
@@ -59,7 +60,9 @@ void Nic::pump() noexcept {
     // neither starves the other.
     const bool plain_ack = responder_owes_plain_ack(*qp);
     const NextRequest next = requester_next(*qp);
-    const bool answer_first = plain_ack && qp->resp.ack_may_wait &&
+    // (Not on a limited shared path: there the one-packet call would end
+    // the QP's turn, its pass with it, before the rest of its answer.)
+    const bool answer_first = plain_ack && qp->resp.ack_may_wait && (!qp->path || !qp->path->limited()) &&
                               (next == NextRequest::silent || (next == NextRequest::visible && tx_.trains()));
     if (plain_ack && qp->resp.ack_may_wait) {
       if (next != NextRequest::none)

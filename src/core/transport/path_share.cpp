@@ -84,6 +84,7 @@ void path_bind(Nic& nic, QpEngine& qp) noexcept {
   if (to == qp.path) return;  // (the peer looked up again after a timeout, found where it was)
   path_unbind(nic, qp);
   qp.path = to;
+  if (to) ++to->bound;
   path_sync(nic, qp);
 }
 
@@ -95,6 +96,10 @@ void path_unbind(Nic& nic, QpEngine& qp) noexcept {
   qp.path = nullptr;
   qp.path_waiting = qp.path_pass = false;
   wake(nic, p);
+  if (p.bound > 0 && --p.bound == 0) {
+    const Endpoint key = p.peer;
+    nic.paths().erase(key);  // (p goes)
+  }
 }
 
 void path_sync(Nic& nic, QpEngine& qp, bool turn_over) noexcept {
@@ -114,6 +119,10 @@ bool path_allows(Nic& nic, QpEngine& qp, bool rewound) noexcept {
   PathShare& p = *qp.path;
   const uint32_t mine = in_flight(qp.req);
   if ((rewound && mine == 0) || p.allows(qp.path_charge, mine, qp.path_pass)) return true;
+  if (mine > 0 && qp.req.tail_unasked) {
+    qp.req.force_ack = true;
+    return true;
+  }
   if (!qp.path_waiting) {
     qp.path_waiting = true;
     // Its turn came and others took the room meanwhile: first again.

@@ -68,6 +68,9 @@ class PathShare {
   // when it has none or nobody waits.
   bool next_turn(uint32_t& qpn) noexcept;
 
+  Endpoint peer;       // the table's key
+  uint32_t bound = 0;  // QPs bound to the path (path_bind): the table lets it go at none
+
  private:
   uint32_t in_flight_ = 0, busy_qps_ = 0;
   double window_ = kUnlimited;
@@ -76,15 +79,20 @@ class PathShare {
   std::deque<uint32_t> waiters_;
 };
 
-// The NIC's paths, one per peer endpoint, kept while the NIC lives (a few
-// dozen bytes each; QPs hold pointers to them).
+// The NIC's paths, one per peer endpoint that QPs send to (QPs hold
+// pointers to them): a path goes when its last QP leaves, so a server that
+// many short-lived clients came and went keeps none of theirs.
 class PathTable {
  public:
   PathShare& at(const Endpoint& peer) {
     std::unique_ptr<PathShare>& p = paths_[peer];
-    if (!p) p = std::make_unique<PathShare>();
+    if (!p) {
+      p = std::make_unique<PathShare>();
+      p->peer = peer;
+    }
     return *p;
   }
+  void erase(const Endpoint& peer) { paths_.erase(peer); }
   size_t size() const noexcept { return paths_.size(); }
 
  private:
@@ -107,7 +115,10 @@ void path_sync(Nic& nic, QpEngine& qp, bool turn_over = false) noexcept;
 // (scheduled then).  A packet sent before and `rewound` to (go-back-N
 // after a loss) may always go when the QP has nothing else in flight: its
 // retransmission timer runs meanwhile, and must not run out while the QP
-// waits for a turn.
+// waits for a turn.  Nor may a QP wait whose last packet out asked for no
+// ACK (sent before the path was limited): one more goes, asking for one
+// (RequesterState::force_ack), or nothing would acknowledge the packets
+// it waits on before its retransmission timer.
 bool path_allows(Nic& nic, QpEngine& qp, bool rewound) noexcept;
 // `qp` saw a loss (a new event for its own window) / an acknowledgement.
 void path_on_loss(Nic& nic, QpEngine& qp) noexcept;

@@ -92,6 +92,11 @@ void QpEngine::flush_locked() noexcept {
 }
 
 void QpEngine::modify(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next, uint32_t port_mtu) noexcept {
+  modify_to(a, mask, next, port_mtu);
+  nic_->pump_pending();  // (QPs this one's path woke: leaving it, or its charge in ERR)
+}
+
+void QpEngine::modify_to(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next, uint32_t port_mtu) noexcept {
   namespace m = verbs::qp_attr_mask;
   using verbs::QpState;
   const QpState cur = attr.qp_state;
@@ -204,6 +209,7 @@ void QpEngine::close() noexcept {
   if (req.copy_used) nic_->copy_fence();  // (as complete_send)
   send_owed_ack();
   nic_->detach(*this);
+  nic_->pump_pending();
 }
 
 bool QpEngine::post_send(const verbs::SendWr& wr, const verbs::AhAttr* ud_ah, SendPlan plan) noexcept {
@@ -279,7 +285,10 @@ void QpEngine::ring_doorbell(size_t posted) noexcept {
 
 Status QpEngine::post_recv(std::span<const verbs::RecvWr> wrs, size_t* bad) {
   Status result = post_recv_wrs(rq, wrs, bad, "receive queue", "max_recv_sge");
-  if (attr.qp_state == verbs::QpState::err) flush_locked();
+  if (attr.qp_state == verbs::QpState::err) {
+    flush_locked();
+    nic_->pump_pending();
+  }
   return result;
 }
 

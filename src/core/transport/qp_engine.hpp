@@ -160,6 +160,7 @@ class QpEngine {
 
  private:
   friend class Nic;  // the QP table, the transmit and ACK lists, the timers
+  void modify_to(const verbs::QpAttr& a, uint32_t mask, verbs::QpState next, uint32_t port_mtu) noexcept;
   void reset() noexcept;
   Nic* nic_;
   EngineInit init_;

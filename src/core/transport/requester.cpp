@@ -178,6 +178,7 @@ void count_packet(Nic& nic, QpEngine& qp, uint32_t psn, bool timeable, uint32_t 
   ++nic.counters().req_packets;
   if (qp.type() == verbs::QpType::xrc_send) ++nic.counters().xrc_tx_requests;
   RequesterState& r = qp.req;
+  r.tail_unasked = false;  // (but emit_data's packets that do not ask)
   if (psn_before(psn, r.sent_hwm)) {
     ++nic.counters().req_retransmits;
     retime_for_resend(r, psn);
@@ -249,10 +250,6 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_on
   // A paced QP sends slowly: it asks for an ACK at least every quarter of its
   // retransmission interval, or the timer would fire between two ACKs.
   if (qp.dcqcn.limited()) ack_every = std::min(ack_every, paced_ack_every(nic, qp));
-  // A QP on a limited shared path may be held back after any packet, until
-  // other QPs' packets are acknowledged: each of its own asks for an ACK,
-  // or the last before the hold would wait out a retransmission timeout.
-  if (qp.path && qp.path->limited()) ack_every = 1;
   h.bth.ack_req = !uc && (last || (r.send_pkt + 1) % ack_every == 0 || r.force_ack);
   if (first && (w.opcode == WrOpcode::rdma_write || w.opcode == WrOpcode::rdma_write_with_imm)) {
     h.reth.va = w.remote_addr;
@@ -280,6 +277,8 @@ bool emit_data(Nic& nic, QpEngine& qp, SendWqe& w, uint32_t idx, bool packets_on
   // (with the reply, or within a tick): not a round trip.
   const bool consumes = w.opcode != WrOpcode::rdma_write;
   count_packet(nic, qp, r.send_psn, h.bth.ack_req && !(last && consumes));
+  r.tail_unasked = !h.bth.ack_req;
+  r.force_ack = false;  // (path_allows: for one packet)
   pace_sent(nic, qp, len + kPacketOverhead);
   r.send_psn = psn_add(r.send_psn, 1);
   ++r.send_pkt;
@@ -508,10 +507,11 @@ bool requester_produce(Nic& nic, QpEngine& qp, size_t& budget) noexcept {
     // and never more PSNs after una than the peer can keep.
     if (rc && (in_flight(r) >= window_pkts(qp) || psn_diff(r.send_psn, r.una_psn) >= int32_t(max_window_pkts(qp))))
       break;
-    // The QPs sending to this peer together (path_share.hpp).
-    if (rc && !path_allows(nic, qp, psn_before(r.send_psn, r.sent_hwm))) break;
     if (is_read(w.opcode) && !read_segment_due(qp, w)) break;       // wait for responses
     if (type != verbs::QpType::ud && !pace_allows(nic, qp)) break;  // the rate the network allows (DCQCN)
+    // The QPs sending to this peer together (path_share.hpp), asked last:
+    // a QP whose turn came sends in it, not stopped by its own pace.
+    if (rc && !path_allows(nic, qp, psn_before(r.send_psn, r.sent_hwm))) break;
     ensure_room(nic);
     --budget;
     sent = true;
