@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "fake_wire.hpp"
@@ -128,6 +130,74 @@ TEST(AckTrain, TheAnswerCarriesItsAckAndThePeerCompletesItsSendFirst) {
   // B answers within microseconds: most of its ACKs ride (all on an idle
   // host; one whose answer came after the hold, 50 us, left alone).
   if (rb.in_train == 0) GTEST_SKIP() << "no ACK rode with its answer: the host was too loaded to tell";
+}
+
+// The 8-byte sequence number at the start of `s`'s buffer, read under the
+// NIC lock (the progress thread lands WRITEs holding it): not a poll.
+uint64_t seq_at(Side& s) {
+  std::lock_guard g(s.ctx->nic().mu());
+  uint64_t v;
+  std::memcpy(&v, s.buf.data(), sizeof v);
+  return v;
+}
+
+bool write_seq(Side& from, Side& to, uint64_t seq) {
+  std::memcpy(from.buf.data() + 64, &seq, sizeof seq);
+  Sge sge = from.sge(64, 8);
+  SendWr wr;
+  wr.wr_id = seq;
+  wr.opcode = WrOpcode::rdma_write;
+  wr.send_flags = send_flags::kSignaled;
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = to.addr(0);
+  wr.rkey = to.mr->rkey();
+  if (!post_send(*from.qp, wr).ok()) return false;
+  auto wc = poll_n(*from.scq, 1, 10000);
+  return wc.size() == 1 && wc[0].status == WcStatus::success;
+}
+
+bool spin_until(Side& s, uint64_t want) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (seq_at(s) != want)
+    if (std::chrono::steady_clock::now() > deadline) return false;
+  return true;
+}
+
+// A WRITE answered by a WRITE, each side spinning on memory for the
+// peer's (ib_write_lat): the peer's CQ never sees the answer, so the ACK
+// held for it follows it in a datagram of its own, trains or not: a
+// shared-memory ring puts a train's closing ACK first, and a poll that
+// took that ACK alone would leave the WRITE it is about to spin for to its
+// progress thread (ib_write_lat took 38-49 us a round trip, not 1).
+TEST(AckTrain, AWriteSpunOnKeepsItsAckOutOfItsTrain) {
+  PairOptions o = trains_and_events();
+  o.channel = false;
+  Fake f(o);
+  Pair& p = *f.p;
+  f.net->set_recording(true);
+  constexpr uint64_t kWrites = 100;
+  std::atomic<bool> b_ok{true};
+  std::thread b([&] {
+    for (uint64_t i = 1; i <= kWrites && b_ok; ++i) b_ok = spin_until(p.b, i) && write_seq(p.b, p.a, i);
+  });
+  for (uint64_t i = 1; i <= kWrites; ++i) {
+    ASSERT_TRUE(write_seq(p.a, p.b, i));
+    ASSERT_TRUE(spin_until(p.a, i));
+  }
+  b.join();
+  ASSERT_TRUE(b_ok);
+  int acks = 0, behind = 0;
+  const std::vector<WirePkt> wire = decode_all(f.net->recorded());
+  for (size_t k = 0; k < wire.size(); ++k) {
+    if (!wire[k].ok || wire[k].opcode() != uint8_t(wire::Opcode::rc_ack)) continue;
+    ++acks;
+    EXPECT_FALSE(wire[k].joined) << "an ACK in the train of the packet before it, packet " << k;
+    if (k > 0 && wire[k - 1].src == wire[k].src && wire[k - 1].batch == wire[k].batch &&
+        wire[k - 1].opcode() == uint8_t(wire::Opcode::rc_write_only))
+      ++behind;
+  }
+  EXPECT_EQ(acks, int(2 * kWrites));
+  if (behind == 0) GTEST_SKIP() << "no ACK left with its answer: the host was too loaded to tell";
 }
 
 // Without trains (a path that sends each packet as its own datagram) the

@@ -39,7 +39,8 @@ namespace uroce::transport {
   X(app_wait_sleeps) X(req_copy_writes) X(req_copy_bytes) X(req_copy_naks_rcvd) X(resp_copy_writes) \
   X(resp_copy_bytes) X(resp_copy_refused) X(resp_copy_requester_faults) X(copy_untrusted) \
   X(req_copy_reads) X(req_copy_read_bytes) X(resp_copy_reads) X(resp_copy_read_bytes) X(req_copy_fences) \
-  X(req_copy_fence_timeouts) X(resp_copy_stale) X(thread_looks_skipped) X(app_wait_spins)
+  X(req_copy_fence_timeouts) X(resp_copy_stale) X(thread_looks_skipped) X(app_wait_spins) \
+  X(app_wait_ack_spins)
 // clang-format on
 
 struct Counters {

@@ -202,6 +202,10 @@ struct ResponderState {
   // The lazy ACK owed may wait for the application's answer (the progress
   // thread holds it a while, progress.cpp); ack_after_answer implies it.
   bool ack_may_wait = false;
+  // ... and what it acknowledges came through a poll of the application's
+  // CQ (Cq::poll), which busy-polls and answers within microseconds: the
+  // ACK stays held even when the QP is scheduled meanwhile (Nic::pump).
+  bool ack_for_poller = false;
   // Whether lazy ACKs are worth holding, learnt from how the last ones
   // left: with the application's answer (a ping-pong), or alone at a
   // deadline (both sides wrote at once, say, and each waits for its

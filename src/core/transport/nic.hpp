@@ -205,6 +205,8 @@ class Nic {
   // The packets being handled were received by an application's poll
   // (drive), not by the progress thread.
   bool app_receives() const noexcept { return app_receives_; }
+  // ... by a poll of a CQ (drive(true)), not a waiter's look.
+  bool app_polls() const noexcept { return app_polls_; }
   // The ACK qp held for the application's answer leaves (what
   // ResponderState::hold_skip learns from).
   void held_ack_leaves(QpEngine& qp, HeldAck how) noexcept;
@@ -226,7 +228,7 @@ class Nic {
   // ---- application threads (take the lock themselves) ----
   // Progress from a thread that found its CQ empty; returns the packets
   // received.
-  size_t drive() noexcept;
+  size_t drive(bool cq_poll = false) noexcept;
   // Waits until `fd` is readable, at most timeout_ms (-1: forever),
   // processing packets meanwhile: first it keeps receiving while packets
   // keep coming (one waiter at a time, with the application's signals
@@ -383,6 +385,7 @@ class Nic {
   std::atomic<int> app_waiting_{0};             // application threads sleeping in the socket
   std::atomic<int64_t> thread_sleep_until_{0};  // ns since epoch of the clock; INT64_MAX = forever
   bool app_receives_ = false;                   // (under mu_) see app_receives()
+  bool app_polls_ = false;                      // (under mu_) see app_polls()
   std::atomic<bool> spinner_{false};            // the application spins on memory between polls
   std::atomic<bool> sock_armed_{false};         // the socket is armed in epfd_ (one-shot)
   bool arm_socket() noexcept;                   // arms it unless it is (true: it did)

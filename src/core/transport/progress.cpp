@@ -66,12 +66,13 @@ constexpr int kMaxSkippedLooks = 4;
 
 }  // namespace
 
-size_t Nic::drive() noexcept {
+size_t Nic::drive(bool cq_poll) noexcept {
   app_activity_.fetch_add(1, std::memory_order_relaxed);
   if (!ready_.empty()) pump();  // posts waiting for a doorbell go first
   app_receives_ = true;
+  app_polls_ = cq_poll;
   const size_t got = poll_rx();
-  app_receives_ = false;
+  app_receives_ = app_polls_ = false;
   // Timers that are due run here too (after the packets waiting, which may
   // answer them): a paced QP's next packet should not wait for the progress
   // thread to get a CPU from the polling application.  (One clock read a
@@ -129,6 +130,7 @@ bool Nic::wait_spin(int fd, const std::atomic<uint32_t>* queued, int64_t start, 
   int64_t own_rx = 0;   // when this waiter last took packets
   int64_t own_req = 0;  // ... last sent requests (it drove a stream)
   bool spun = false, ready = false;
+  int ack_spin = 0;  // 1: the spin went on past kWaitSpinNs for ACKs due (counted at the next look), 2: counted
   for (int looks = 0;; ++looks, spun = true) {
     size_t got;
     int64_t nic_rx;
@@ -141,6 +143,10 @@ bool Nic::wait_spin(int fd, const std::atomic<uint32_t>* queued, int64_t start, 
       if (!lazy_.empty()) flush_acks();
       nic_rx = std::max(last_rx_, last_tx_).time_since_epoch().count();
       if (looks == 1) ++counters_.app_wait_spins;
+      if (ack_spin == 1) {
+        ++counters_.app_wait_ack_spins;
+        ack_spin = 2;
+      }
     }
     now = Clock::now().time_since_epoch().count();
     // (last_rx_ is when a batch came, before its work: our own counts from now.)
@@ -149,6 +155,7 @@ bool Nic::wait_spin(int fd, const std::atomic<uint32_t>* queued, int64_t start, 
     const int64_t last = own_rx > 0 || !borrow ? own_rx : nic_rx;
     const bool acks_due = own_req > 0 && now - own_req <= kWaitSpinAckNs;
     if ((now - last > kWaitSpinNs && !acks_due) || now - start > kWaitSpinMaxNs || now >= deadline) break;
+    if (now - last > kWaitSpinNs && ack_spin == 0) ack_spin = 1;  // (only for the ACKs of what it sent)
     pollfd self{fd, POLLIN, 0};
     if (queued ? queued->load(std::memory_order_acquire) > 0 : ::poll(&self, 1, 0) > 0) {
       ready = true;

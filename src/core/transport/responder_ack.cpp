@@ -51,6 +51,7 @@ void responder_ack(Nic& nic, QpEngine& qp, uint32_t psn, Answerable what) noexce
   s.ack_after_answer = lazy && !skip && r.una_psn != r.next_psn && r.timing &&
                        nic.now() - r.timed_at >= std::chrono::nanoseconds(r.min_rtt_ns / 2);
   s.ack_may_wait = s.ack_after_answer || (lazy && !skip && (what == Answerable::seen || !nic.app_receives()));
+  s.ack_for_poller = s.ack_may_wait && nic.app_polls();
   if (s.ack_may_wait)
     nic.schedule_ack(qp);
   else

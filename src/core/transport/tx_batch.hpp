@@ -31,6 +31,8 @@ class TxBatch {
   // Packets may form trains: an ACK added right after a longer packet to
   // the same destination leaves in its datagram.
   bool trains() const noexcept { return gso_max_ > 1; }
+  // The next packet starts a datagram of its own.
+  void close_train() noexcept { train_closed_ = true; }
   // Leave each packet's ICRC to the I/O (net::PendingIcrc), which may
   // send it without one; else compute it in add().
   void set_defer_icrc(bool on) noexcept { defer_icrc_ = on; }

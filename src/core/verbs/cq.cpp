@@ -72,7 +72,7 @@ Result<int> Cq::poll(std::span<Wc> out, std::span<CompletionStamp> stamps) {
   transport::Nic& n = nic();
   std::lock_guard g(n.mu());
   if (count_ == 0)
-    n.drive();
+    n.drive(/*cq_poll=*/true);
   else
     n.pump();  // posts waiting for a doorbell (Qp::post_send) leave now
   const int got = pop_locked(out, stamps);
