@@ -152,6 +152,14 @@ def baseline(uroce):
     j = json.loads(run([uroce, "baseline", "udp-pingpong", "--size", "10000", "--ack", "--duration", "0.1", "--json",
                         "--cpus", "none"]))
     check(j["datagrams_per_message"] == 4, "10000 bytes at MTU 4096 + an ACK: 4 datagrams", j)
+    # An answer and its ACK as one UDP GSO send each way: the round trips
+    # only complete if each side counts the two segments of what it got.
+    j = json.loads(run([uroce, "baseline", "udp-pingpong", "--size", "24", "--ack", "--gso", "--duration", "0.1",
+                        "--json", "--cpus", "none"]))
+    check(j["gso"] is True and j["datagrams_per_message"] == 2 and j["iters"] > 0, "udp-pingpong --ack --gso", j)
+    p = subprocess.run([uroce, "baseline", "udp-pingpong", "--size", "5000", "--gso", "--duration", "0.1", "--cpus",
+                        "none"], capture_output=True, text=True, timeout=60)
+    check(p.returncode != 0 and "--size at most --mtu" in p.stderr, "--gso beyond one datagram refused", p.stderr)
     j = json.loads(run([uroce, "baseline", "udp-rate", "--size", "36", "--duration", "0.1", "--json", "--cpus",
                         "none"]))
     check(j["received"] > 0 and number(j["msgs_per_s"]) and j["msgs_per_s"] > 0, "udp-rate", j)

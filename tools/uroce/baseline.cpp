@@ -8,7 +8,10 @@
 //       round-trip time per message.  busy: non-blocking sockets
 //       polled in a loop; blocking: the process sleeps in recvmmsg.  --ack
 //       adds a 20-byte datagram to each direction's batch, as an RC ACK rides
-//       with the reply in uroce (the shape of an RC SEND ping-pong).
+//       with the reply in uroce (the shape of an RC SEND ping-pong).  --gso
+//       (a message of one datagram): each direction's datagrams go as one
+//       send with UDP_SEGMENT and come in through UDP_GRO, as uroce sends an
+//       answer and the ACK held for it (the ACK the shorter, last segment).
 //   uroce baseline udp-rate [--size N] [--batch B] [--gso]
 //       One-way datagrams per second: sendmmsg batches of B datagrams (or,
 //       --gso, one send of B segments with UDP_SEGMENT, received with
@@ -130,7 +133,9 @@ class Io {
   }
   // Sends the datagrams whose lengths are `lens` (data from `src`), in one
   // sendmmsg (retried until all went).
-  bool send(const sockaddr_storage& to, socklen_t tolen, const uint8_t* src, const std::vector<size_t>& lens) {
+  bool send(const sockaddr_storage& to, socklen_t tolen, const uint8_t* src, const std::vector<size_t>& lens,
+            bool gso = false) {
+    if (gso && lens.size() > 1) return send_train(to, tolen, src, lens);
     if (lens.size() == 1) {  // the cheapest call for one datagram
       for (;;) {
         const ssize_t n = ::sendto(fd_, src, lens[0], 0, reinterpret_cast<const sockaddr*>(&to), tolen);
@@ -157,6 +162,31 @@ class Io {
     }
     return true;
   }
+  // The datagrams `lens` (all as long as the first but the last, which is
+  // no longer) as one UDP_SEGMENT send.
+  bool send_train(const sockaddr_storage& to, socklen_t tolen, const uint8_t* src, const std::vector<size_t>& lens) {
+    size_t total = 0;
+    for (size_t l : lens) total += l;
+    iovec v{const_cast<uint8_t*>(src), total};
+    alignas(cmsghdr) uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {};
+    msghdr h{};
+    h.msg_name = const_cast<sockaddr_storage*>(&to);
+    h.msg_namelen = tolen;
+    h.msg_iov = &v;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl;
+    h.msg_controllen = sizeof ctl;
+    cmsghdr* c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    const uint16_t seg = uint16_t(lens[0]);
+    std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    for (;;) {
+      if (::sendmsg(fd_, &h, 0) >= 0) return true;
+      if (errno != EINTR && errno != EAGAIN && errno != ENOBUFS) return false;
+    }
+  }
   // Receives at least one and at most `want` datagrams (busy: spinning);
   // returns the count and fills lens_/from_.  One datagram is received with
   // recvfrom(), the cheapest call; more with recvmmsg().  gro: segments are
@@ -172,7 +202,7 @@ class Io {
         if (r >= 0) {
           rx_[0].msg_hdr.msg_namelen = alen;
           len_[0] = size_t(r);
-          segs_ = 1;
+          segs_ = seg_[0] = 1;
           return 1;
         }
         if (errno != EAGAIN && errno != EINTR) return -1;
@@ -198,6 +228,7 @@ class Io {
               }
           }
           segs_ += segs;
+          seg_[i] = segs;
         }
         return n;
       }
@@ -210,6 +241,7 @@ class Io {
   const sockaddr_storage& from(int i) const { return rx_addr_[i]; }
   socklen_t fromlen(int i) const { return rx_[i].msg_hdr.msg_namelen; }
   size_t segments() const { return segs_; }
+  size_t segments(int i) const { return seg_[i]; }  // datagram i's (UDP_GRO)
 
  private:
   static constexpr size_t kSlot = 65536;
@@ -223,13 +255,17 @@ class Io {
   sockaddr_storage rx_addr_[kMaxBatch];
   alignas(cmsghdr) uint8_t rx_ctl_[kMaxBatch][64];
   size_t len_[kMaxBatch];
+  size_t seg_[kMaxBatch];
   size_t segs_ = 0;
 };
 
 // The datagrams of one message: ceil(size / mtu) segments, plus an ACK.
-std::vector<size_t> segments(uint32_t size, uint32_t mtu, bool ack) {
+// gso (one datagram and the ACK): the first at least as long as the ACK,
+// which must be the shorter, last segment.
+std::vector<size_t> segments(uint32_t size, uint32_t mtu, bool ack, bool gso = false) {
   std::vector<size_t> lens;
   for (uint32_t off = 0; off < size; off += mtu) lens.push_back(std::min(mtu, size - off));
+  if (ack && gso) lens[0] = std::max(lens[0], kAckLen);
   if (ack) lens.push_back(kAckLen);
   return lens;
 }
@@ -250,7 +286,7 @@ int serve(const Options& o) {
   auto io = std::make_unique<Io>(*fd, busy);
   bench::report_ready(o.ready_fd, std::to_string(port_of(*fd)));
   const bool pingpong = o.test == "udp-pingpong";
-  const std::vector<size_t> reply = segments(o.size, o.mtu, o.ack);
+  const std::vector<size_t> reply = segments(o.size, o.mtu, o.ack, o.gso);
   const size_t want = reply.size();
   std::vector<uint8_t> echo(size_t(o.size) + kAckLen + 64);
   uint64_t received = 0, bytes = 0, c0 = 0;
@@ -278,9 +314,10 @@ int serve(const Options& o) {
       bytes += io->len(i);
       if (!pingpong) continue;
       ++received;
-      if (++pending == want) {  // the whole ping: send it back
+      pending += io->segments(i);
+      if (pending >= want) {  // the whole ping: send it back
         pending = 0;
-        if (!io->send(io->from(i), io->fromlen(i), echo.data(), reply)) return fail("sendmmsg failed");
+        if (!io->send(io->from(i), io->fromlen(i), echo.data(), reply, o.gso)) return fail("sendmmsg failed");
       }
     }
     if (!pingpong) received += io->segments();
@@ -327,6 +364,7 @@ int client(const Options& o) {
   if (!pingpong && o.test != "udp-rate") return fail("unknown test '" + o.test + "' (udp-pingpong, udp-rate)");
   if (o.wait != "busy" && o.wait != "blocking") return fail("--wait busy or blocking");
   if (!pingpong && o.size > o.mtu) return fail("udp-rate: --size at most --mtu");
+  if (pingpong && o.gso && o.size > o.mtu) return fail("udp-pingpong --gso: --size at most --mtu");
   auto cpus = bench::parse_cpu_pair(o.cpus.empty() ? bench::default_cpu_pair() : o.cpus);
   if (!cpus.ok()) return fail(cpus.status().to_string());
   auto caddr = IpAddr::parse(o.addr);
@@ -357,6 +395,10 @@ int client(const Options& o) {
   if (!port.ok()) return fail("the server: " + port.status().to_string());
   auto fd = udp_socket(*caddr, busy);
   if (!fd.ok()) return fail(fd.status().to_string());
+  if (o.gso) {
+    int one = 1;
+    (void)::setsockopt(*fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
+  }
   sockaddr_storage to;
   const socklen_t tolen = Endpoint{*saddr, uint16_t(std::stoi(*port))}.to_sockaddr(to);
   auto io = std::make_unique<Io>(*fd, busy);
@@ -370,7 +412,7 @@ int client(const Options& o) {
   std::string human;
   char line[512];
   if (pingpong) {
-    const std::vector<size_t> msg = segments(o.size, o.mtu, o.ack);
+    const std::vector<size_t> msg = segments(o.size, o.mtu, o.ack, o.gso);
     std::vector<double> rtt;
     rtt.reserve(std::min<uint64_t>(o.iters, 1u << 22));
     // Warm-up: o.warmup round trips or a tenth of the duration, whichever
@@ -388,11 +430,11 @@ int client(const Options& o) {
         end = t_start + o.duration_s * 1e6;
       }
       const double t0 = now_us();
-      if (!io->send(to, tolen, data.data(), msg)) return fail("sendmmsg failed");
+      if (!io->send(to, tolen, data.data(), msg, o.gso)) return fail("sendmmsg failed");
       for (size_t got = 0; got < msg.size();) {
-        const int n = io->recv(10000, false, msg.size() - got);
+        const int n = io->recv(10000, o.gso, msg.size() - got);
         if (n <= 0) return fail("no echo within 10 s");
-        got += size_t(n);
+        got += o.gso ? io->segments() : size_t(n);
       }
       if (!warm) rtt.push_back(now_us() - t0);
     }
@@ -402,16 +444,18 @@ int client(const Options& o) {
     if (!rep.ok()) return fail(rep.status().to_string());
     const double scpu = rep->last > rep->first ? 100.0 * double(rep->cpu_us) / (rep->last - rep->first) : 0;
     const bench::Summary s = bench::summarize(rtt);
-    j.field("wait", o.wait).field("ack", o.ack).field("datagrams_per_message", uint64_t(msg.size()));
+    j.field("wait", o.wait).field("ack", o.ack).field("gso", o.gso);
+    j.field("datagrams_per_message", uint64_t(msg.size()));
     j.field("iters", uint64_t(s.n));
     j.key("rtt_us").begin_object().field("min", s.min).field("median", s.median).field("p99", s.p99);
     j.field("mean", s.mean).field("max", s.max).end_object();
     j.field("client_cpu_percent", ccpu).field("server_cpu_percent", scpu);
     std::snprintf(line, sizeof line,
-                  "raw UDP ping-pong, %s sockets, %s in %zu datagram%s%s each way: RTT median %.2f us, p99 %.2f, "
+                  "raw UDP ping-pong, %s sockets, %s in %zu datagram%s%s%s each way: RTT median %.2f us, p99 %.2f, "
                   "min %.2f (%zu round trips); CPU client %.0f%%, server %.0f%%\n",
                   busy ? "busy-polled non-blocking" : "blocking", bench::size_name(o.size).c_str(), msg.size(),
-                  msg.size() == 1 ? "" : "s", o.ack ? " (one an ACK)" : "", s.median, s.p99, s.min, s.n, ccpu, scpu);
+                  msg.size() == 1 ? "" : "s", o.ack ? " (one an ACK)" : "",
+                  o.gso && msg.size() > 1 ? " in one UDP GSO send" : "", s.median, s.p99, s.min, s.n, ccpu, scpu);
     human = line;
   } else {
     const uint32_t b = std::min<uint32_t>(o.batch, kMaxBatch);
@@ -496,7 +540,9 @@ Command add_baseline(CLI::App& root) {
   c.app->add_option("--batch", o.batch, "udp-rate: datagrams per send call")
       ->check(CLI::Range(1u, 128u))
       ->capture_default_str();
-  c.app->add_flag("--gso", o.gso, "udp-rate: one UDP_SEGMENT send per batch, UDP_GRO receive");
+  c.app->add_flag("--gso", o.gso,
+                  "one UDP_SEGMENT send per batch (udp-rate) or per direction's datagrams (udp-pingpong), UDP_GRO "
+                  "receive");
   c.app->add_option("--duration", o.duration_s, "seconds (bounded)")
       ->check(CLI::Range(0.01, 60.0))
       ->capture_default_str();
