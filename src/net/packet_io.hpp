@@ -102,6 +102,11 @@ inline constexpr uint64_t kRingTakesNoIcrc = 2;
 // so that a flush or a deregistration keeps every request from being
 // carried out after it.
 inline constexpr uint64_t kRingHonoursGate = 4;
+// The ring's owner takes several packets in one slot (shm::kSlotPacked):
+// a train of small packets to it (an answer and the ACK held for it, a
+// window of small SENDs) costs one slot, not one a packet.  ShmIo sets it
+// for its own ring: it is the ring's format, not the engine's.
+inline constexpr uint64_t kRingTakesPacked = 8;
 
 // Faults injected in one direction by a FaultIo (net/fault_io.hpp).
 struct FaultCounts {

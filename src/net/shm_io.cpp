@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -237,27 +238,54 @@ void ShmIo::refresh(Peer& p, Clock::time_point now) noexcept {
   p.recheck = now + kRecheckAbsent;
 }
 
+uint64_t ShmIo::caps(const Peer& p) noexcept {
+  return p.ring->header().user[kCapsWord].load(std::memory_order_relaxed);
+}
+
 bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
-  if (p.full) {
-    ++shm_full_;
-    return false;
-  }
   // A peer that takes packets without an ICRC (kRingTakesNoIcrc) is spared
   // ours: about 250 instructions a packet on each side.
-  const bool omit =
-      pkt.icrc && (p.ring->header().user[kCapsWord].load(std::memory_order_relaxed) & kRingTakesNoIcrc) != 0;
+  const bool omit = pkt.icrc && (caps(p) & kRingTakesNoIcrc) != 0;
   if (!omit) finish_icrc(pkt);
   const ShmMeta meta{udp_->local(), pkt.dst.addr, pkt.tos, udp_->tx_ttl(), id_hint, omit};
+  return put_slot(p, 1, pkt.size(), [&] { return p.ring->put(meta, pkt.head, pkt.body, pkt.tail); });
+}
+
+bool ShmIo::put_packed(Peer& p, size_t n) noexcept {
+  bool omit = (caps(p) & kRingTakesNoIcrc) != 0;
+  for (size_t i = 0; i < n; ++i) omit = omit && packed_[i]->icrc;
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TxPacket& pkt = *packed_[i];
+    if (!omit) finish_icrc(pkt);
+    ShmRing::Part& part = parts_[i];
+    part.head = pkt.head;
+    part.body = pkt.body;
+    part.tail = pkt.tail;
+    bytes += pkt.size();
+  }
+  const TxPacket& first = *packed_[0];
+  const ShmMeta meta{udp_->local(), first.dst.addr, first.tos, udp_->tx_ttl(), parts_[0].ipv4_id_hint, omit};
+  return put_slot(p, n, bytes,
+                  [&] { return p.ring->put_packed(meta, std::span<const ShmRing::Part>(parts_.data(), n)); });
+}
+
+template <class Attempt>
+bool ShmIo::put_slot(Peer& p, size_t npkts, size_t bytes, Attempt&& attempt) noexcept {
+  if (p.full) {
+    shm_full_ += npkts;
+    return false;
+  }
   Clock::time_point first_full{};
   for (;;) {
-    switch (p.ring->put(meta, pkt.head, pkt.body, pkt.tail)) {
+    switch (attempt()) {
       case ShmRing::Put::ok:
-        ++shm_tx_;
-        shm_tx_bytes_ += pkt.size();
+        shm_tx_ += npkts;
+        shm_tx_bytes_ += bytes;
         return true;
       case ShmRing::Put::lost:
       case ShmRing::Put::too_big:  // (checked before: cannot happen)
-        ++shm_lost_;
+        shm_lost_ += npkts;
         return false;
       case ShmRing::Put::full: break;
     }
@@ -270,12 +298,12 @@ bool ShmIo::put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept {
       if (!p.ring->owner_alive()) {  // nobody will ever empty it
         p.recheck = now;
         p.full = true;
-        ++shm_full_;
+        shm_full_ += npkts;
         return false;
       }
     } else if (now - first_full >= cfg_.full_wait) {
       p.full = true;
-      ++shm_full_;
+      shm_full_ += npkts;
       return false;
     }
     ::sched_yield();
@@ -315,7 +343,7 @@ bool ShmIo::ring_owner(const Endpoint& dst, uint32_t dest_qpn, RingOwner& out) n
   const Peer& p = *found;
   out.pid = p.ring->header().owner_pid;
   out.start = p.ring->header().owner_start;
-  out.caps = p.ring->header().user[kCapsWord].load(std::memory_order_relaxed);
+  out.caps = caps(p);
   return true;
 }
 
@@ -328,7 +356,8 @@ std::shared_ptr<std::atomic<uint64_t>> ShmIo::peer_copy_gate(const Endpoint& dst
 }
 
 void ShmIo::advertise(uint64_t caps) noexcept {
-  if (ring_) ring_->header().user[kCapsWord].store(caps, std::memory_order_relaxed);
+  // (Packed slots are this ring's format: ShmRing::take reads them.)
+  if (ring_) ring_->header().user[kCapsWord].store(caps | kRingTakesPacked, std::memory_order_relaxed);
 }
 
 size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
@@ -372,16 +401,43 @@ size_t ShmIo::send_batch(std::span<const TxPacket> pkts) noexcept {
       prev_peer = first_peer;
       const TxPacket& end = pkts[k + segs - 1];
       const bool ack_last = segs > 1 && !end.head.empty() && wire::is_acknowledge(end.head[0]);
-      for (size_t i = 0; i < segs; ++i) {
-        const size_t j = !ack_last ? i : i == 0 ? segs - 1 : i - 1;
+      // Packets after each other to the first one's ring share a slot while
+      // they fit one (its owner takes packed slots): an answer and its ACK
+      // cost the consumer one slot's cache lines, not two.
+      const auto order = [&](size_t i) { return !ack_last ? i : i == 0 ? segs - 1 : i - 1; };
+      const bool packs = (caps(peers_[first_peer]) & kRingTakesPacked) != 0;
+      for (size_t i = 0; i < segs;) {
+        const size_t j = order(i);
         const TxPacket& pkt = pkts[k + j];
-        Peer* q = j == 0 || same_qp_slot(pkt, first) ? &peers_[first_peer] : ring_peer(pkt, now);
-        if (q) {
-          if (put(*q, pkt, uint16_t(j))) ++sent;
-        } else {
+        const bool home = j == 0 || same_qp_slot(pkt, first);
+        Peer* q = home ? &peers_[first_peer] : ring_peer(pkt, now);
+        if (!q) {
           udp_out_.push_back(pkt);
           udp_out_.back().gso_segments = 1;  // (its ICRC is for IPv4 ID j: the receiver solves it)
+          ++i;
+          continue;
         }
+        size_t run = 1;
+        if (packs && home) {
+          size_t bytes = shm::kRecordHeader + pkt.size();
+          while (i + run < segs && run < shm::kMaxPacked) {
+            const TxPacket& next = pkts[k + order(i + run)];
+            if (!same_qp_slot(next, first) || bytes + shm::kRecordHeader + next.size() > q->ring->payload_max()) break;
+            bytes += shm::kRecordHeader + next.size();
+            ++run;
+          }
+        }
+        if (run == 1) {
+          if (put(*q, pkt, uint16_t(j))) ++sent;
+        } else {
+          for (size_t r = 0; r < run; ++r) {
+            const size_t at = order(i + r);
+            packed_[r] = &pkts[k + at];
+            parts_[r].ipv4_id_hint = uint16_t(at);
+          }
+          if (put_packed(*q, run)) sent += run;
+        }
+        i += run;
       }
     }
     k += segs;

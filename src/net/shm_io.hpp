@@ -39,6 +39,7 @@
 // between two ports of one RoCE NIC never reaches the wire.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -144,6 +145,13 @@ class ShmIo final : public PacketIo {
   Peer* ring_peer(const TxPacket& pkt, Clock::time_point now) noexcept;       // null: by UDP
   void refresh(Peer& p, Clock::time_point now) noexcept;
   bool put(Peer& p, const TxPacket& pkt, uint16_t id_hint) noexcept;
+  // The n packets packed_[0..n) of a train to p as one slot (its owner
+  // advertised kRingTakesPacked), parts_[i].ipv4_id_hint set for each.
+  bool put_packed(Peer& p, size_t n) noexcept;
+  // One slot's put (`attempt`) with the wait and give-up of a full ring.
+  template <class Attempt>
+  bool put_slot(Peer& p, size_t npkts, size_t bytes, Attempt&& attempt) noexcept;
+  static uint64_t caps(const Peer& p) noexcept;
   void ring_bell(Peer& p) noexcept;
   bool ring_bell(ShmRing& ring) noexcept;  // false (latch cleared) if it could not ring
   void watch_udp() noexcept;               // (re)puts the UDP side's wait_fd() in ep_
@@ -162,6 +170,10 @@ class ShmIo final : public PacketIo {
   size_t last_peer_ = 0;
   std::vector<TxPacket> udp_out_;  // the packets of a batch that go by UDP
   std::vector<size_t> touched_;    // peers_ whose rings were written in this batch
+  // A packed slot in the making (send_batch, put_packed): kept here, not
+  // built on the stack at every send.
+  std::array<const TxPacket*, shm::kMaxPacked> packed_{};
+  std::array<ShmRing::Part, shm::kMaxPacked> parts_{};
   // Socket polling of recv_batch.
   std::atomic<bool> udp_due_{true};
   Clock::time_point udp_next_{}, udp_hot_until_{}, ring_hot_until_{};

@@ -298,14 +298,8 @@ ShmRing::Put ShmRing::put(const ShmMeta& m, std::span<const uint8_t> head, std::
   const uint64_t pos = put_begin();
   if (pos == UINT64_MAX) return Put::full;
   SlotHead& s = slot_at(pos);
-  std::memcpy(s.src, m.src.addr.bytes().data(), 16);
-  std::memcpy(s.dst, m.dst.bytes().data(), 16);
-  s.src_port = m.src.port;
+  write_meta(s, m, 0);
   s.len = uint16_t(head.size() + body.size() + tail.size());
-  s.ipv4_id_hint = m.ipv4_id_hint;
-  s.tos = m.tos;
-  s.ttl = m.ttl;
-  s.flags = m.icrc_omitted ? shm::kSlotNoIcrc : 0;
   uint8_t* p = payload_at(pos);
   if (!head.empty()) std::memcpy(p, head.data(), head.size());
   // The body may be application memory, unmapped since the packet was
@@ -316,6 +310,46 @@ ShmRing::Put ShmRing::put(const ShmMeta& m, std::span<const uint8_t> head, std::
     return put_commit(pos);
   }
   if (!tail.empty()) std::memcpy(p + head.size() + body.size(), tail.data(), tail.size());
+  return put_commit(pos);
+}
+
+void ShmRing::write_meta(SlotHead& s, const ShmMeta& m, uint8_t flags) noexcept {
+  std::memcpy(s.src, m.src.addr.bytes().data(), 16);
+  std::memcpy(s.dst, m.dst.bytes().data(), 16);
+  s.src_port = m.src.port;
+  s.ipv4_id_hint = m.ipv4_id_hint;
+  s.tos = m.tos;
+  s.ttl = m.ttl;
+  s.flags = uint8_t(flags | (m.icrc_omitted ? shm::kSlotNoIcrc : 0));
+}
+
+ShmRing::Put ShmRing::put_packed(const ShmMeta& m, std::span<const Part> parts) noexcept {
+  size_t total = 0;
+  for (const Part& part : parts) total += shm::kRecordHeader + part.size();
+  if (parts.size() < 2 || parts.size() > shm::kMaxPacked || total > payload_max_) return Put::too_big;
+  const uint64_t pos = put_begin();
+  if (pos == UINT64_MAX) return Put::full;
+  SlotHead& s = slot_at(pos);
+  write_meta(s, m, shm::kSlotPacked);
+  s.ipv4_id_hint = parts[0].ipv4_id_hint;
+  uint8_t* p = payload_at(pos);
+  size_t off = 0;
+  for (const Part& part : parts) {
+    uint8_t* rec = p + off + shm::kRecordHeader;
+    uint16_t len = uint16_t(part.size());
+    if (!part.head.empty()) std::memcpy(rec, part.head.data(), part.head.size());
+    // (Application memory, as in put(): a body that went away leaves an
+    // empty record, which the receiver drops as malformed.)
+    if (!part.body.empty() &&
+        !fault_guard::copy(rec + part.head.size(), part.body.data(), part.body.size(), part.body.data()))
+      len = 0;
+    if (len != 0 && !part.tail.empty())
+      std::memcpy(rec + part.head.size() + part.body.size(), part.tail.data(), part.tail.size());
+    const uint16_t words[2] = {len, part.ipv4_id_hint};
+    std::memcpy(p + off, words, sizeof words);
+    off += shm::kRecordHeader + len;
+  }
+  s.len = uint16_t(off);
   return put_commit(pos);
 }
 
@@ -352,6 +386,34 @@ void ShmRing::rearm_bell() noexcept {
   hdr_->bell.store(0, kSc);
 }
 
+bool ShmRing::take_packed(SlotHead& s, std::span<RxPacket> out, size_t& n) noexcept {
+  const size_t len = std::min<size_t>(s.len, payload_max_);
+  uint8_t* base = reinterpret_cast<uint8_t*>(&s) + kSlotHeader;
+  // Written by another process of our user: checked as a packet from the
+  // network would be.  A record that runs past the slot is handed out as
+  // truncated (the engine counts and drops it), and ends the slot.
+  while (packed_off_ + shm::kRecordHeader <= len) {
+    if (n == out.size()) return false;
+    uint16_t words[2];
+    std::memcpy(words, base + packed_off_, sizeof words);
+    const size_t at = packed_off_ + shm::kRecordHeader;
+    const size_t rec = std::min<size_t>(words[0], len - at);
+    RxPacket& pkt = out[n++];
+    pkt.data = {base + at, rec};
+    pkt.src = Endpoint{IpAddr::from_bytes(s.src), s.src_port};
+    pkt.dst = IpAddr::from_bytes(s.dst);
+    pkt.tos = s.tos;
+    pkt.ttl = s.ttl;
+    pkt.truncated = words[0] > len - at;
+    pkt.ipv4_id_hint = words[1];
+    pkt.via_ring = true;
+    pkt.icrc_omitted = (s.flags & shm::kSlotNoIcrc) != 0;
+    packed_off_ = pkt.truncated ? len : at + rec;
+  }
+  packed_off_ = 0;
+  return true;
+}
+
 size_t ShmRing::take(std::span<RxPacket> out) noexcept {
   uint64_t h = head_.load(kRlx);
   for (uint64_t p = h - held_; p != h; ++p) {
@@ -366,6 +428,14 @@ size_t ShmRing::take(std::span<RxPacket> out) noexcept {
     SlotHead& s = slot_at(h);
     const uint64_t lap = h >> shift_;
     uint64_t w = s.word.load(kAcq);
+    if (w == word(lap, State::ready) && (s.flags & shm::kSlotPacked) != 0) {
+      if (!take_packed(s, out, n)) break;  // out is full: the rest at the next take
+      bytes += std::min<size_t>(s.len, payload_max_);
+      ++h;
+      ++held_;
+      stall_pos_ = UINT64_MAX;
+      continue;
+    }
     if (w == word(lap, State::ready)) {
       RxPacket& pkt = out[n];
       const size_t len = std::min<size_t>(s.len, payload_max_);

@@ -102,6 +102,12 @@ struct alignas(64) SlotHead {
 static_assert(sizeof(SlotHead) == kSlotHeader);
 // The producer left the packet's ICRC out (net::kRingTakesNoIcrc).
 inline constexpr uint8_t kSlotNoIcrc = 1;
+// The slot holds several packets (net::kRingTakesPacked): records, each a
+// header of kRecordHeader bytes (the packet's length and its IPv4 ID hint,
+// little-endian 16-bit words) and then the packet; len covers them all.
+inline constexpr uint8_t kSlotPacked = 2;
+inline constexpr size_t kRecordHeader = 4;
+inline constexpr size_t kMaxPacked = 16;  // records a slot, at most
 
 enum class State : uint32_t { free = 0, writing = 1, ready = 2, skipped = 3 };
 constexpr uint64_t kPidBits = 22;
@@ -188,6 +194,18 @@ class ShmRing {
   // than payload_max() bytes (nothing written).
   Put put(const ShmMeta& m, std::span<const uint8_t> head, std::span<const uint8_t> body,
           std::span<const uint8_t> tail) noexcept;
+  // One packet of a packed slot, and its IPv4 ID hint.
+  struct Part {
+    std::span<const uint8_t> head, body, tail;
+    uint16_t ipv4_id_hint = 0;
+    size_t size() const noexcept { return head.size() + body.size() + tail.size(); }
+  };
+  // Copies `parts` (2 .. kMaxPacked of them) into the next slot as records
+  // (shm::kSlotPacked), taken in that order; m.ipv4_id_hint is unused.
+  // too_big: more than payload_max() bytes with the records' headers, or
+  // too many parts (nothing written).  A consumer that does not advertise
+  // net::kRingTakesPacked must not be sent these.
+  Put put_packed(const ShmMeta& m, std::span<const Part> parts) noexcept;
   // The two halves of put(), public so that tests can die in between.
   // begin returns the reserved position, or UINT64_MAX when full.
   uint64_t put_begin() noexcept;
@@ -236,6 +254,12 @@ class ShmRing {
   uint64_t ino_ = 0, dev_ = 0;
   shm::Header* hdr_ = nullptr;
   uint8_t* slots_base_ = nullptr;
+  void write_meta(shm::SlotHead& s, const ShmMeta& m, uint8_t flags) noexcept;
+  // The packets of the packed slot at `h` from byte `packed_off_` of its
+  // payload, into out[n..]: false if out filled before its last record (the
+  // slot stays at the head, and the next take() goes on from there).
+  bool take_packed(shm::SlotHead& s, std::span<RxPacket> out, size_t& n) noexcept;
+
   uint32_t slots_ = 0, shift_ = 0;
   size_t slot_size_ = 0, payload_max_ = 0;
   pid_t pid_ = 0;  // ours, for the WRITING word
@@ -243,6 +267,7 @@ class ShmRing {
   // consumer
   std::atomic<uint64_t> head_{0};  // next position to take (read by prepare_sleep)
   uint64_t held_ = 0;              // positions [head - held, head) handed out
+  size_t packed_off_ = 0;          // of the packed slot at head, handed out up to here
   uint64_t stall_pos_ = UINT64_MAX, stall_word_ = 0;
   Clock::time_point stall_since_{};
   Clock::duration stall_dead_{}, stall_max_{};

@@ -209,6 +209,63 @@ TEST_F(ShmTest, TrainEndingInAnAckPutsTheAckFirst) {
   }
 }
 
+// A ring whose owner takes packed slots (kRingTakesPacked, which ShmIo
+// advertises with whatever the engine does) gets a train of small packets
+// as one slot, its packets in the same order with the same hints, each
+// still checkable by its ICRC; one that does not gets a slot a packet.
+TEST_F(ShmTest, TrainToARingThatTakesPackedSlotsIsOneSlot) {
+  auto a = open_io(), b = open_io(), c = open_io();
+  ASSERT_TRUE(a && b && c);
+  b->advertise(0);
+  std::vector<Bytes> pkts;
+  std::vector<TxPacket> to_b, to_c;
+  for (auto* dst : {b.get(), c.get()}) {
+    wire::IpUdpFields ip;
+    ip.src = a->local().addr;
+    ip.dst = dst->local().addr;
+    ip.src_port = a->local().port;
+    ip.dst_port = dst->local().port;
+    const Bytes payload(8, 0x5a);
+    for (uint16_t i = 0; i < 4; ++i) {
+      wire::Headers h;
+      h.bth.opcode = i < 3 ? 0x04 : 0x11;  // RC SEND_ONLY x 3, ACKNOWLEDGE
+      h.bth.dest_qp = 0x1234;
+      h.bth.psn = 100u + i;
+      if (i == 3) h.aeth.msn = 7;
+      ip.ipv4_id = i;
+      pkts.push_back(
+          test::make_udp_payload(h, i < 3 ? std::span<const uint8_t>(payload) : std::span<const uint8_t>(), ip));
+    }
+  }
+  for (size_t i = 0; i < 4; ++i) to_b.push_back(tx_of(pkts[i], b->local()));
+  for (size_t i = 4; i < 8; ++i) to_c.push_back(tx_of(pkts[i], c->local()));
+  to_b[0].gso_segments = to_c[0].gso_segments = 4;
+  EXPECT_EQ(a->send_batch(to_b), 4u);
+  EXPECT_EQ(a->send_batch(to_c), 4u);
+  EXPECT_EQ(a->stats().shm_tx_packets, 8u);
+  const size_t order[] = {3, 0, 1, 2};
+  for (auto* dst : {b.get(), c.get()}) {
+    const size_t base = dst == b.get() ? 0 : 4;
+    auto got = recv_n(*dst, 4);
+    ASSERT_EQ(got.size(), 4u);
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t i = order[k];
+      EXPECT_EQ(got[k].first, pkts[base + i]) << "packet " << k;
+      EXPECT_EQ(got[k].second.ipv4_id_hint, i) << "packet " << k;
+      EXPECT_TRUE(got[k].second.via_ring);
+      EXPECT_FALSE(got[k].second.truncated);
+      wire::IpUdpFields rip;
+      rip.src = got[k].second.src.addr;
+      rip.dst = got[k].second.dst;
+      rip.src_port = got[k].second.src.port;
+      rip.dst_port = dst->local().port;
+      rip.ipv4_id = got[k].second.ipv4_id_hint;
+      EXPECT_EQ(wire::verify_icrc(rip, got[k].first), wire::IcrcCheck::ok) << "packet " << k;
+    }
+    EXPECT_EQ(dst->ring()->header().tail.load(), dst == b.get() ? 1u : 4u);
+  }
+}
+
 TEST_F(ShmTest, FullRingDropsAfterABoundedWaitAndCountsIt) {
   ShmConfig small;
   small.ring.slots = 16;

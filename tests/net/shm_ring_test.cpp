@@ -70,6 +70,97 @@ TEST_F(ShmTest, RingKeepsOrderBytesAndMetadata) {
   EXPECT_EQ(ring->skipped(), 0u);
 }
 
+// Parts split as the NIC's packets are (head, body, tail), for put_packed.
+ShmRing::Part part_of(const Bytes& b, uint16_t hint) {
+  const size_t h = std::min<size_t>(b.size(), 12), t = b.size() > 16 ? 4 : 0;
+  std::span<const uint8_t> s(b);
+  return ShmRing::Part{s.subspan(0, h), s.subspan(h, b.size() - h - t), s.subspan(b.size() - t), hint};
+}
+
+// A packed slot hands out its packets in record order, byte-exact, each
+// with its own IPv4 ID hint and the slot's metadata, then the slots after
+// it; a take with less room than the slot's records goes on with the rest
+// at the next take, the packets it handed out valid until then.
+TEST_F(ShmTest, PackedSlotHandsOutItsRecordsInOrderAcrossTakes) {
+  auto ring = make_ring(64);
+  auto prod = attach();
+  ASSERT_TRUE(ring && prod);
+  std::vector<Bytes> sent;
+  std::vector<ShmRing::Part> parts;
+  const uint16_t hints[] = {4, 0, 1, 2, 3};
+  for (uint32_t k = 0; k < 5; ++k) sent.push_back(make_pkt(2, k, len_for(k)));
+  for (uint32_t k = 0; k < 5; ++k) parts.push_back(part_of(sent[k], hints[k]));
+  ASSERT_EQ(prod->put_packed(meta(), parts), ShmRing::Put::ok);
+  sent.push_back(make_pkt(2, 5, 40));
+  ASSERT_EQ(put(*prod, sent.back(), 9), ShmRing::Put::ok);
+  EXPECT_EQ(ring->header().tail.load(), 2u);  // two slots for six packets
+  std::vector<RxPacket> rx(2);
+  size_t got = 0;
+  const uint16_t want_hint[] = {4, 0, 1, 2, 3, 9};
+  for (size_t want : {2u, 2u, 2u}) {  // (the last take: the packed slot's last record, then the plain slot)
+    const size_t n = ring->take(rx);
+    ASSERT_EQ(n, want) << "after " << got;
+    for (size_t i = 0; i < n; ++i, ++got) {
+      ASSERT_EQ(rx[i].data.size(), sent[got].size()) << "packet " << got;
+      EXPECT_EQ(std::memcmp(rx[i].data.data(), sent[got].data(), rx[i].data.size()), 0) << "packet " << got;
+      EXPECT_EQ(rx[i].ipv4_id_hint, want_hint[got]);
+      EXPECT_EQ(rx[i].src, (Endpoint{kLo, 1234}));
+      EXPECT_EQ(rx[i].tos, 0x02);
+      EXPECT_FALSE(rx[i].truncated);
+      EXPECT_TRUE(rx[i].via_ring);
+    }
+  }
+  EXPECT_EQ(ring->take(rx), 0u);
+  EXPECT_EQ(ring->rx_packets(), 6u);
+  // Both slots were freed: the whole ring takes a put again, and no more.
+  for (uint32_t k = 0; k < 64; ++k) ASSERT_EQ(put(*prod, make_pkt(3, k, 20)), ShmRing::Put::ok) << k;
+  EXPECT_EQ(put(*prod, make_pkt(3, 64, 20)), ShmRing::Put::full);
+}
+
+// What put_packed refuses writes nothing: fewer than two parts, more than
+// kMaxPacked, more bytes than a slot holds with the records' headers.
+TEST_F(ShmTest, PackedPutRefusesWhatASlotCannotHold) {
+  auto ring = make_ring(64);
+  auto prod = attach();
+  ASSERT_TRUE(ring && prod);
+  const Bytes small = make_pkt(1, 0, 20);
+  std::vector<ShmRing::Part> parts(shm::kMaxPacked + 1, part_of(small, 0));
+  EXPECT_EQ(prod->put_packed(meta(), std::span(parts).subspan(0, 1)), ShmRing::Put::too_big);
+  EXPECT_EQ(prod->put_packed(meta(), parts), ShmRing::Put::too_big);
+  const Bytes half = make_pkt(1, 1, ring->payload_max() / 2);
+  const ShmRing::Part two[] = {part_of(half, 0), part_of(half, 1)};  // 2 x 4 bytes of headers too many
+  EXPECT_EQ(prod->put_packed(meta(), two), ShmRing::Put::too_big);
+  EXPECT_EQ(ring->header().tail.load(), 0u);
+  EXPECT_EQ(prod->put_packed(meta(), std::span(parts).subspan(0, shm::kMaxPacked)), ShmRing::Put::ok);
+  std::vector<RxPacket> rx(64);
+  EXPECT_EQ(ring->take(rx), shm::kMaxPacked);
+}
+
+// A packed slot is written by another process of our user: a record whose
+// length runs past the slot is handed out truncated (the engine counts and
+// drops it) and ends that slot; the slots after it are taken as usual.
+TEST_F(ShmTest, PackedRecordRunningPastItsSlotIsTruncated) {
+  auto ring = make_ring(64);
+  auto prod = attach();
+  ASSERT_TRUE(ring && prod);
+  const Bytes a = make_pkt(1, 0, 30), b = make_pkt(1, 1, 30), c = make_pkt(1, 2, 50);
+  const ShmRing::Part parts[] = {part_of(a, 0), part_of(b, 1)};
+  ASSERT_EQ(prod->put_packed(meta(), parts), ShmRing::Put::ok);
+  ASSERT_EQ(put(*prod, c, 2), ShmRing::Put::ok);
+  // The second record's length, now beyond the slot's end.
+  uint8_t* rec = ring->payload_at(0) + shm::kRecordHeader + a.size();
+  const uint16_t bad = 4000;
+  std::memcpy(rec, &bad, sizeof bad);
+  std::vector<RxPacket> rx(8);
+  ASSERT_EQ(ring->take(rx), 3u);
+  EXPECT_EQ(Bytes(rx[0].data.begin(), rx[0].data.end()), a);
+  EXPECT_FALSE(rx[0].truncated);
+  EXPECT_TRUE(rx[1].truncated);
+  EXPECT_EQ(rx[1].data.size(), b.size());  // (what the slot holds of it)
+  EXPECT_EQ(Bytes(rx[2].data.begin(), rx[2].data.end()), c);
+  EXPECT_FALSE(rx[2].truncated);
+}
+
 TEST_F(ShmTest, RingWrapsAroundManyLaps) {
   auto ring = make_ring(8);
   auto prod = attach();
