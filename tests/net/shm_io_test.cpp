@@ -33,6 +33,18 @@ std::vector<std::pair<Bytes, RxPacket>> recv_n(PacketIo& io, size_t n, std::chro
   return got;
 }
 
+// The ICRC check the NIC's receive path makes of a packet a ring handed
+// out (Nic::dispatch): the sender's IPv4 ID comes as the slot's hint.
+wire::IcrcCheck check_icrc_as_nic(const Bytes& data, const RxPacket& meta, uint16_t local_port) {
+  wire::IpUdpFields rip;
+  rip.src = meta.src.addr;
+  rip.dst = meta.dst;
+  rip.src_port = meta.src.port;
+  rip.dst_port = local_port;
+  rip.ipv4_id = meta.ipv4_id_hint;
+  return wire::verify_icrc(rip, data);
+}
+
 // UROCE_SHM_SLOTS: decimal digits, 2 to 65536; anything else is EINVAL
 // naming it.
 TEST(ShmSlots, EnvironmentTakesDigitsWithinTheRingsRange) {
@@ -154,14 +166,7 @@ TEST_F(ShmTest, GsoTrainBecomesOneSlotPerPacketWithItsIpv4Id) {
   for (uint16_t i = 0; i < 5; ++i) {
     EXPECT_EQ(got[i].first, pkts[i]);
     EXPECT_EQ(got[i].second.ipv4_id_hint, i);
-    // What the NIC's receive path does (Nic::dispatch).
-    wire::IpUdpFields rip;
-    rip.src = got[i].second.src.addr;
-    rip.dst = got[i].second.dst;
-    rip.src_port = got[i].second.src.port;
-    rip.dst_port = b->local().port;
-    rip.ipv4_id = got[i].second.ipv4_id_hint;
-    EXPECT_EQ(wire::verify_icrc(rip, got[i].first), wire::IcrcCheck::ok) << "packet " << i;
+    EXPECT_EQ(check_icrc_as_nic(got[i].first, got[i].second, b->local().port), wire::IcrcCheck::ok) << "packet " << i;
   }
   EXPECT_EQ(b->udp().stats().rx_packets, 0u);
 }
@@ -254,13 +259,8 @@ TEST_F(ShmTest, TrainToARingThatTakesPackedSlotsIsOneSlot) {
       EXPECT_EQ(got[k].second.ipv4_id_hint, i) << "packet " << k;
       EXPECT_TRUE(got[k].second.via_ring);
       EXPECT_FALSE(got[k].second.truncated);
-      wire::IpUdpFields rip;
-      rip.src = got[k].second.src.addr;
-      rip.dst = got[k].second.dst;
-      rip.src_port = got[k].second.src.port;
-      rip.dst_port = dst->local().port;
-      rip.ipv4_id = got[k].second.ipv4_id_hint;
-      EXPECT_EQ(wire::verify_icrc(rip, got[k].first), wire::IcrcCheck::ok) << "packet " << k;
+      EXPECT_EQ(check_icrc_as_nic(got[k].first, got[k].second, dst->local().port), wire::IcrcCheck::ok)
+          << "packet " << k;
     }
     EXPECT_EQ(dst->ring()->header().tail.load(), dst == b.get() ? 1u : 4u);
   }

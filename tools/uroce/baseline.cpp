@@ -463,31 +463,9 @@ int client(const Options& o) {
     const double t0 = now_us();
     const double end = t0 + o.duration_s * 1e6;
     uint64_t sent = 0;
-    alignas(cmsghdr) uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))];
     while (now_us() < end) {
-      if (o.gso) {
-        iovec v{data.data(), size_t(o.size) * b};
-        msghdr h{};
-        h.msg_name = &to;
-        h.msg_namelen = tolen;
-        h.msg_iov = &v;
-        h.msg_iovlen = 1;
-        h.msg_control = ctl;
-        h.msg_controllen = sizeof ctl;
-        cmsghdr* c = CMSG_FIRSTHDR(&h);
-        c->cmsg_level = SOL_UDP;
-        c->cmsg_type = UDP_SEGMENT;
-        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        const uint16_t seg = uint16_t(o.size);
-        std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
-        if (::sendmsg(*fd, &h, 0) > 0)
-          sent += b;
-        else if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR)
-          return fail(std::string("sendmsg: ") + std::strerror(errno));
-      } else {
-        if (!io->send(to, tolen, data.data(), lens)) return fail("sendmmsg failed");
-        sent += b;
-      }
+      if (!io->send(to, tolen, data.data(), lens, o.gso)) return fail(std::string("send: ") + std::strerror(errno));
+      sent += b;
     }
     const double t1 = now_us();
     ::usleep(50'000);  // let the receiver drain its socket
